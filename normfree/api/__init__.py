@@ -1,0 +1,1 @@
+"""normfree.api (see README: architecture)."""

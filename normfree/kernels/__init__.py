@@ -1,0 +1,1 @@
+"""normfree.kernels (see README: architecture)."""

@@ -1,0 +1,1 @@
+"""Expression language, catalog, transforms, properties and dedup (the bottom layer)."""

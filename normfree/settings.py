@@ -1,0 +1,67 @@
+"""The one reader of the environment.
+
+Every knob that may differ between a laptop, CI and a cluster lives here, read from variables
+prefixed ``NORMFREE_`` (plus ``CI``, which decides whether a test that needs a server may skip).
+Nothing else in normfree calls ``os.environ``; code takes a ``Settings`` or calls
+:func:`get_settings`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service configuration. Defaults are the embedded single-machine setup."""
+
+    model_config = SettingsConfigDict(env_prefix="NORMFREE_", extra="ignore")
+
+    # Storage: SQLite in the working directory by default; a PostgreSQL URL at scale.
+    database_url: str = "sqlite:///normfree.db"
+    # Optuna's RDB storage; unset means "beside ours" (derived from database_url by storage).
+    optuna_storage_url: str | None = None
+
+    # Ray: unset starts an embedded local cluster on demand; an address joins an existing one.
+    ray_address: str | None = None
+    # Cap for the embedded object store: Ray's default takes 30% of memory, far more than trials need.
+    ray_object_store_bytes: int = 200 * 1024 * 1024
+    trial_cpus: float = 1.0
+    trial_gpus: float = 0.0
+    # torch threads inside one trial: on 2 cores two one-thread trials beat one two-thread trial.
+    trial_threads: int = 1
+
+    # Leases: a RUNNING trial whose lease is not renewed for this long is considered lost.
+    lease_seconds: float = 60.0
+    max_attempts: int = 3
+
+    # Generated Triton/torch kernels are written here, keyed by canonical form and dtype.
+    kernel_cache: Path = Path.home() / ".cache" / "normfree" / "kernels"
+    # Where user datasets (.npz or image folders) are looked up by name.
+    data_dir: Path = Path("data")
+
+    # API
+    public_reads: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_request_bytes: int = 64 * 1024
+
+    # PostgreSQL server used by the test suite (a database is created and dropped per run).
+    test_postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+    # CI=true turns "skip: server unreachable" into a failure.
+    ci: bool = Field(default=False, validation_alias=AliasChoices("CI", "NORMFREE_CI"))
+
+    # Triton's CPU interpreter (tests). Read here, exported to the process before kernels load.
+    triton_interpret: bool = Field(
+        default=False, validation_alias=AliasChoices("TRITON_INTERPRET", "NORMFREE_TRITON_INTERPRET")
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once. Tests build their own ``Settings(...)`` instead."""
+    return Settings()

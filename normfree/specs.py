@@ -1,0 +1,162 @@
+"""The small, frozen, JSON-serialisable types that cross layers.
+
+``Candidate`` (built only by ``search_space``) is the other one; everything that travels between
+the scheduler, a Ray worker, storage and the API is defined here, once. These models hold data
+only: no database handles, no tensors, no globals, so a ``TrialConfig`` can be hashed, shipped to
+a worker process and stored, and a ``TrialResult`` can come back the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Scalar = bool | int | float | str
+
+BASELINES = ("layernorm", "rmsnorm", "identity")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def stable_json(self) -> str:
+        """JSON with sorted keys: equal models give equal text on every machine."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def stable_hash(self) -> str:
+        return hashlib.sha256(self.stable_json().encode()).hexdigest()[:16]
+
+
+class NormSpec(_Frozen):
+    """What goes into every norm slot of a proxy.
+
+    ``name`` is a baseline (``layernorm``, ``rmsnorm``, ``identity``), a catalog name (``erf``), a
+    transform call (``shift_h(erf, 0.5)``) or a stored user candidate's name. ``formula`` is set
+    for a user formula that is not (yet) in the catalog; it is then parsed by ``search_space``.
+    """
+
+    name: str
+    formula: str | None = None
+    # s: absent (DyT and the property ablations), one scalar per layer (Derf), or per channel.
+    shift: Literal["none", "scalar", "channel"] = "none"
+    # gamma/beta per channel; DiT's norms have none (adaLN modulates instead).
+    affine: bool = True
+    # alpha's initial value (science.md section 1: 0.5).
+    alpha0: float = 0.5
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.name in BASELINES and self.formula is None
+
+
+class TrialConfig(_Frozen):
+    """Everything that determines one training run. Its hash is the trial key."""
+
+    proxy: str
+    norm: NormSpec
+    seed: int = 0
+    # Proxy-config field overrides (depth, width, layerscale_init, ...), by field name.
+    overrides: dict[str, Scalar] = Field(default_factory=dict)
+    dataset: str | None = None  # None: the preset's default
+    epochs: int | None = None  # None: the preset's budget
+    lr: float | None = None
+    weight_decay: float | None = None
+    warmup_epochs: float | None = None
+
+    def key(self) -> str:
+        """Stable identity of the run: the same config is never trained twice in one study."""
+        return self.stable_hash()
+
+
+class EpochRecord(_Frozen):
+    """One row of a learning curve."""
+
+    epoch: int
+    step: int
+    train_loss: float
+    val_loss: float | None = None
+    # Proxy-specific validation metrics, e.g. {"val_acc": 0.93} or {"val_fd": 12.1}.
+    metrics: dict[str, float] = Field(default_factory=dict)
+    lr: float
+    wall_time_s: float
+
+
+class LayerDiagnostic(_Frozen):
+    """Per norm slot and epoch: what the operator's parameters and activations did."""
+
+    epoch: int
+    layer: str  # e.g. "blocks.3.norm1", "norm_final"
+    alpha: float | None = None
+    s_mean: float | None = None
+    gamma_mean: float | None = None
+    gamma_std: float | None = None
+    beta_mean: float | None = None
+    beta_std: float | None = None
+    input_std: float | None = None  # std of the norm's input (plot alpha against 1/std)
+    input_absmax: float | None = None
+    branch_norm: float | None = None  # RMS of the residual branch output the slot feeds
+    grad_norm: float | None = None
+    extra: dict[str, float] = Field(default_factory=dict)
+
+
+TrialStatus = Literal["complete", "diverged", "pruned", "failed"]
+
+
+class TrialResult(_Frozen):
+    """What a trial produced. A divergence is a result (``status='diverged'``), not an error."""
+
+    status: TrialStatus
+    # Final metrics, e.g. {"val_acc": .., "test_acc": .., "val_loss": ..}; the proxy names its
+    # primary metric and direction in ``objective`` / ``direction``.
+    metrics: dict[str, float] = Field(default_factory=dict)
+    objective: str | None = None
+    direction: Literal["maximize", "minimize"] = "maximize"
+    curves: list[EpochRecord] = Field(default_factory=list)
+    diagnostics: list[LayerDiagnostic] = Field(default_factory=list)
+    eval_train_loss: float | None = None  # train-set loss in eval mode, after training
+    diverged_at_step: int | None = None
+    train_time_s: float = 0.0
+    total_time_s: float = 0.0
+    attempt: int = 1
+    worker: str | None = None
+    error: str | None = None
+
+    @property
+    def value(self) -> float | None:
+        """The objective's final value, or None when the trial did not complete."""
+        if self.objective is None:
+            return None
+        return self.metrics.get(self.objective)
+
+
+StudyKind = Literal["property", "options", "search", "generate"]
+
+
+class StudySpec(_Frozen):
+    """A study: which trials to run and how to choose them.
+
+    - ``property``: ``functions`` x ``transform`` over ``values`` x ``seeds`` (a full grid).
+    - ``options``: ``functions`` x each combination of ``options`` values x ``seeds``.
+    - ``search``: a sampler picks among ``functions`` (default: the whole catalog), with pruning.
+    - ``generate``: expressions are generated from a grammar (see workers.generate).
+    """
+
+    kind: StudyKind
+    name: str | None = None
+    proxy: str
+    seeds: int = 3
+    functions: list[str] = Field(default_factory=list)
+    transform: str | None = None
+    values: list[float] = Field(default_factory=list)
+    options: dict[str, list[Scalar]] = Field(default_factory=dict)
+    norm_shift: Literal["none", "scalar", "channel"] = "none"
+    baselines: list[str] = Field(default_factory=list)
+    epochs: int | None = None
+    sampler: Literal["grid", "tpe", "random"] = "grid"
+    pruner: Literal["none", "sha", "hyperband", "median"] = "none"
+    n_trials: int | None = None
+    extra_seeds_for_top: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)

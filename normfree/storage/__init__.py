@@ -1,0 +1,1 @@
+"""normfree.storage (see README: architecture)."""

@@ -1,0 +1,1 @@
+"""normfree.workers (see README: architecture)."""

@@ -1,0 +1,220 @@
+"""One engine per process, sessions, and programmatic Alembic migrations.
+
+SQLite (the embedded default) needs three things to take several writers (the driver, Ray
+workers' heartbeats, the API) without "database is locked":
+
+- WAL, so readers never block the writer and the writer never blocks readers;
+- a busy timeout, so a writer waits for the lock instead of failing at once;
+- writes that take the write lock when they *begin* (``BEGIN IMMEDIATE``). A deferred transaction
+  that reads and then tries to write fails with SQLITE_BUSY without waiting when another writer
+  committed in between (the busy handler cannot help a stale snapshot). So ``session()`` begins
+  IMMEDIATE on SQLite, and ``session(readonly=True)`` begins a plain deferred read.
+
+pysqlite's own transaction handling is switched off (``isolation_level=None``) so that SQLAlchemy
+emits the ``BEGIN`` itself; this is the documented SQLAlchemy recipe.
+
+PostgreSQL goes through psycopg 3 (``postgresql+psycopg://``) with default READ COMMITTED; rows
+that two workers could race for are taken with ``SELECT ... FOR UPDATE SKIP LOCKED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+# How long an SQLite writer waits for the lock before giving up (milliseconds).
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Execution option naming the BEGIN an SQLite transaction starts with.
+_SQLITE_BEGIN = "normfree_sqlite_begin"
+
+
+def normalize_url(url: str) -> str:
+    """Accept the usual spellings and pin the drivers we ship (psycopg 3, not psycopg2)."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    return url
+
+
+def _install_sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see module doc)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        # In-memory databases cannot use WAL; asking is harmless there.
+        cur.execute("PRAGMA journal_mode = WAL")
+        # WAL + NORMAL is durable across application crashes (not power loss) and much faster.
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get(_SQLITE_BEGIN, "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+class Database:
+    """One engine for one database URL, with sessions and migrations.
+
+    Create one per process (engines do not survive ``fork``; a Ray worker builds its own).
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = normalize_url(url)
+        sa_url = make_url(self.url)
+        self.dialect = sa_url.get_backend_name()
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.dialect == "sqlite":
+            db = sa_url.database
+            if db and db != ":memory:" and not db.startswith("file:"):
+                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            _install_sqlite_events(self.engine)
+            read_engine = self.engine.execution_options(**{_SQLITE_BEGIN: "DEFERRED"})
+        else:
+            read_engine = self.engine
+        self._write = sessionmaker(self.engine, expire_on_commit=False)
+        self._read = sessionmaker(read_engine, expire_on_commit=False)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @contextmanager
+    def session(self, *, readonly: bool = False) -> Iterator[Session]:
+        """A session in one transaction: committed on exit, rolled back on an exception.
+
+        ``readonly=True`` starts a deferred transaction on SQLite (no write lock); use it for
+        queries only. The default takes the write lock up front on SQLite, see the module doc.
+        """
+        maker = self._read if readonly else self._write
+        with maker() as session, session.begin():
+            yield session
+
+    def migrate(self, revision: str = "head") -> None:
+        """Upgrade the schema with Alembic (idempotent; safe to call at every start)."""
+        from alembic import command
+
+        with self.engine.connect() as conn:
+            command.upgrade(self.alembic_config(conn), revision)
+            # Alembic commits its own transaction; make sure nothing is left open.
+            conn.commit()
+
+    def current_revision(self) -> str | None:
+        """The Alembic revision the database is at (None: not under Alembic yet)."""
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def alembic_config(self, connection: Any = None) -> Any:
+        """An Alembic ``Config`` pointing at the packaged migrations (and this connection)."""
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
+        if connection is not None:
+            cfg.attributes["connection"] = connection
+        return cfg
+
+    def dispose(self) -> None:
+        """Close pooled connections (end of process or tests)."""
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"Database({make_url(self.url).render_as_string(hide_password=True)!r})"
+
+
+# -- Optuna's storage and server-level helpers ----------------------------------------------------
+
+
+def optuna_storage_url(settings: Any) -> str:
+    """Where Optuna keeps its studies: beside ours, never in the same tables.
+
+    Optuna's RDB storage names its tables ``studies``, ``trials``, ... like ours, so it cannot
+    share our database. ``Settings.optuna_storage_url`` wins when set; otherwise SQLite gets a
+    sibling file (``normfree.db`` -> ``normfree-optuna.db``) and PostgreSQL a sibling database on
+    the same server (``normfree`` -> ``normfree_optuna``; create it with
+    :func:`ensure_database`). ``optuna-dashboard <url>`` opens the result unchanged.
+    """
+    explicit = getattr(settings, "optuna_storage_url", None)
+    if explicit:
+        return normalize_url(explicit)
+    url = make_url(normalize_url(settings.database_url))
+    db = url.database or ""
+    if url.get_backend_name() == "sqlite":
+        if not db or db == ":memory:" or db.startswith("file:"):
+            return url.render_as_string(hide_password=False)
+        path = Path(db)
+        sibling = path.with_name(f"{path.stem}-optuna{path.suffix or '.db'}")
+        return url.set(database=str(sibling)).render_as_string(hide_password=False)
+    return url.set(database=f"{db}_optuna").render_as_string(hide_password=False)
+
+
+def _server_url(url: str) -> Any:
+    """The maintenance database of the server holding ``url`` (PostgreSQL)."""
+    return make_url(normalize_url(url)).set(database="postgres")
+
+
+def ensure_database(url: str) -> bool:
+    """Create the database ``url`` names if it is a missing PostgreSQL database.
+
+    Returns True when it created one. SQLite files are created on first connect: nothing to do.
+    """
+    sa_url = make_url(normalize_url(url))
+    if sa_url.get_backend_name() != "postgresql":
+        return False
+    name = sa_url.database
+    engine = create_engine(_server_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.exec_driver_sql(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).scalar()
+            if exists:
+                return False
+            conn.exec_driver_sql(f'CREATE DATABASE "{_pg_ident(name)}"')
+            return True
+    finally:
+        engine.dispose()
+
+
+def drop_database(url: str) -> None:
+    """Drop a PostgreSQL database (closing other sessions on it first); used by tests."""
+    sa_url = make_url(normalize_url(url))
+    if sa_url.get_backend_name() != "postgresql":
+        raise ValueError("drop_database only drops PostgreSQL databases")
+    engine = create_engine(_server_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(
+                f'DROP DATABASE IF EXISTS "{_pg_ident(sa_url.database)}" WITH (FORCE)'
+            )
+    finally:
+        engine.dispose()
+
+
+def _pg_ident(name: str | None) -> str:
+    if not name or '"' in name or "\x00" in name:
+        raise ValueError(f"unsafe database name {name!r}")
+    return name

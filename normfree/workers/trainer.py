@@ -1,0 +1,493 @@
+"""``train_trial(TrialConfig) -> TrialResult``: one proxy, one norm, one seed.
+
+Pure: no database, no Ray, no process-global state left behind (the torch RNG is forked and the
+thread count restored), deterministic for a seed at a fixed thread count. A divergence (NaN/inf
+loss, or loss above ``divergence_factor`` x the first step's loss) ends the trial with status
+``diverged`` and the step; it is a result, never an exception. An invalid config (unknown proxy,
+override or dataset) raises ``ValueError`` before any work; an unexpected error while training
+returns status ``failed`` with the error text.
+
+Recipe (science.md 6): AdamW, no weight decay on 1-D parameters (biases, gamma/beta, LayerScale,
+per-channel s) nor on the 0-d alpha/s; linear warmup then cosine decay (ViT) or constant (DiT);
+label smoothing for classification. The training loop keeps per-step losses on the device and
+checks them for divergence every ``CHECK_EVERY`` steps, so it adds no per-step host syncs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normfree.settings import get_settings
+from normfree.specs import (
+    BASELINES,
+    EpochRecord,
+    LayerDiagnostic,
+    NormSpec,
+    TrialConfig,
+    TrialResult,
+)
+from normfree.workers import diagnostics
+from normfree.workers.data import Dataset, get_dataset
+from normfree.workers.proxies import PROXIES, Preset, get_preset
+from normfree.workers.proxies.dit import Diffusion, resolve_zero_init_final
+
+CHECK_EVERY = 8  # steps between divergence checks (one host sync each)
+EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not the trial seed
+DIAG_BATCH = 256  # examples in the fixed diagnostics batch
+
+# Names that mean an operator configuration, not only a function (the papers' names).
+NORM_ALIASES: dict[str, dict[str, Any]] = {
+    "derf": {"name": "erf", "shift": "scalar"},  # Derf = erf(alpha x + s)
+    "dyt": {"name": "tanh", "shift": "none"},  # DyT = tanh(alpha x)
+    "ln": {"name": "layernorm"},
+    "rms": {"name": "rmsnorm"},
+    "none": {"name": "identity"},
+}
+
+
+def resolve_alias(spec: NormSpec) -> NormSpec:
+    """Map an alias to its operator; the alias's shift applies unless the spec sets one."""
+    alias = NORM_ALIASES.get(spec.name.lower()) if spec.formula is None else None
+    if alias is None:
+        return spec
+    update = {"name": alias["name"]}
+    if "shift" in alias and spec.shift == "none":
+        update["shift"] = alias["shift"]
+    return spec.model_copy(update=update)
+
+
+def parse_norm(text: str, **fields: Any) -> NormSpec:
+    """A NormSpec from CLI text: an alias (derf, dyt), baseline, catalog name, transform call or
+    formula (anything ``create_norm`` resolves). ``fields`` (shift, alpha0, ...) override."""
+    return resolve_alias(
+        NormSpec(name=text.strip(), **{k: v for k, v in fields.items() if v is not None})
+    )
+
+
+def norm_factory(spec: NormSpec, affine: bool = True) -> Callable[[int], nn.Module]:
+    """``dim -> norm module`` for every slot of a proxy; ``affine`` False for DiT's norms."""
+    spec = resolve_alias(spec)
+    affine = affine and spec.affine
+    try:
+        from normfree.kernels import create_norm
+    except ImportError:
+        create_norm = None
+    if create_norm is None:
+        # Until the kernels layer exists: baselines only.
+        if spec.name == "layernorm":
+            return lambda d: nn.LayerNorm(d, elementwise_affine=affine)
+        if spec.name == "rmsnorm":
+            return lambda d: nn.RMSNorm(d, elementwise_affine=affine)
+        if spec.name == "identity":
+            return lambda d: nn.Identity()
+        raise ValueError(f"norm {spec.name!r} needs normfree.kernels.create_norm")
+    target: Any = spec.name if spec.formula is None else spec.model_copy(update={"affine": affine})
+    if spec.is_baseline or spec.formula is not None:
+        pass
+    else:
+        # Resolve the candidate once (parsing is symbolic work), not once per slot.
+        try:
+            from normfree.search_space import catalog
+
+            target = catalog.resolve(spec.name)
+        except ImportError:
+            pass
+    return lambda d: create_norm(target, d, shift=spec.shift, affine=affine, alpha0=spec.alpha0)
+
+
+# ------------------------------------------------------------------------------ resolution
+def _coerce(old: Any, new: Any, name: str) -> Any:
+    if isinstance(old, bool) or (old is None and isinstance(new, bool)):
+        if isinstance(new, str):
+            if new.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"override {name}: expected a bool, got {new!r}")
+            return new.lower() in ("true", "1")
+        return bool(new)
+    if isinstance(old, int) and not isinstance(old, bool):
+        if float(new) != int(float(new)):
+            raise ValueError(f"override {name}: expected an integer, got {new!r}")
+        return int(float(new))
+    if isinstance(old, float):
+        return float(new)
+    return new
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A TrialConfig made concrete: the preset with overrides applied, the dataset, the norm."""
+
+    preset: Preset
+    model_config: Any
+    data: Dataset
+    norm: NormSpec
+
+    def describe(self) -> dict[str, Any]:
+        out = {f"model.{k}": v for k, v in dataclasses.asdict(self.model_config).items()}
+        for k in ("dataset", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs"):
+            out[k] = getattr(self.preset, k)
+        out["schedule"] = self.preset.schedule
+        out["norm"] = self.norm.model_dump()
+        return out
+
+
+PRESET_OVERRIDABLE = (
+    "batch_size",
+    "label_smoothing",
+    "schedule",
+    "divergence_factor",
+    "grad_clip",
+    "max_train",
+    "max_eval",
+)
+
+
+def resolve(config: TrialConfig) -> Resolved:
+    """Apply the TrialConfig to its preset; raises ValueError on anything invalid."""
+    preset = get_preset(config.proxy)
+    upd: dict[str, Any] = {}
+    for k in ("dataset", "epochs", "lr", "weight_decay", "warmup_epochs"):
+        v = getattr(config, k)
+        if v is not None:
+            upd[k] = v
+    cfg = preset.config
+    data = get_dataset(upd.get("dataset", preset.dataset))
+    c, h, w = data.image_shape
+    shape_upd = {"in_chans": c, "img_size": h, "img_width": 0 if w == h else w}
+    shape_upd["num_classes"] = data.num_classes
+    cfg = replace(cfg, **shape_upd)
+    model_fields = {f.name for f in dataclasses.fields(cfg)}
+    model_upd = {}
+    for k, v in config.overrides.items():
+        if k in model_fields:
+            model_upd[k] = _coerce(getattr(cfg, k), v, k)
+        elif k in PRESET_OVERRIDABLE:
+            upd[k] = _coerce(getattr(preset, k), v, k) if getattr(preset, k) is not None else v
+        else:
+            raise ValueError(
+                f"unknown override {k!r} for {preset.name}: model fields {sorted(model_fields)}, "
+                f"preset fields {list(PRESET_OVERRIDABLE)}"
+            )
+    cfg = replace(cfg, **model_upd)
+    norm = resolve_alias(config.norm)
+    if preset.task == "diffusion":
+        cfg = resolve_zero_init_final(cfg, norm.name)
+    preset = replace(preset, **upd)
+    if preset.epochs < 1 or preset.batch_size < 1 or preset.lr <= 0:
+        raise ValueError("epochs and batch_size must be >= 1 and lr > 0")
+    return Resolved(preset, cfg, data, norm)
+
+
+def build_model(res: Resolved) -> nn.Module:
+    """The proxy with every norm slot filled by the resolved norm (uses the global torch RNG)."""
+    factory = norm_factory(res.norm, affine=res.preset.norm_affine)
+    return res.preset.build(res.model_config, factory)
+
+
+# --------------------------------------------------------------------------- optimisation
+NO_DECAY_NAMES = ("alpha", "s", "gamma", "beta")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay only >=2-D weights that are not norm parameters."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        leaf = name.rsplit(".", 1)[-1]
+        if p.ndim < 2 or leaf in NO_DECAY_NAMES or ".norm" in f".{name}":
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def lr_at(step: int, total: int, warmup: int, base: float, schedule: str) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine to 0 (or constant)."""
+    if warmup > 0 and step < warmup:
+        return base * (step + 1) / warmup
+    if schedule == "constant":
+        return base
+    progress = (step - warmup) / max(1, total - warmup)
+    return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+@contextmanager
+def trial_context(seed: int, threads: int) -> Iterator[None]:
+    """Seed torch locally (forked RNG) and set the thread count, restoring both afterwards."""
+    prev = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.set_num_threads(max(1, threads))
+        try:
+            yield
+        finally:
+            torch.set_num_threads(prev)
+
+
+# --------------------------------------------------------------------------------- tasks
+class ClassifyTask:
+    """Cross-entropy with label smoothing; accuracy metrics."""
+
+    def __init__(self, res: Resolved) -> None:
+        d = res.data
+        mean, std = float(d.x_train.mean()), float(d.x_train.std()) or 1.0
+        p = res.preset
+
+        def prep(x: np.ndarray, limit: int | None) -> torch.Tensor:
+            return (torch.from_numpy(x[:limit]) - mean) / std
+
+        self.x_train, self.y_train = (
+            prep(d.x_train, p.max_train),
+            torch.from_numpy(d.y_train[: p.max_train]),
+        )
+        self.x_val, self.y_val = prep(d.x_val, p.max_eval), torch.from_numpy(d.y_val[: p.max_eval])
+        self.x_test, self.y_test = (
+            prep(d.x_test, p.max_eval),
+            torch.from_numpy(d.y_test[: p.max_eval]),
+        )
+        self.smoothing = p.label_smoothing
+
+    def loss(self, model: nn.Module, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        logits = model(self.x_train[idx])
+        return F.cross_entropy(logits, self.y_train[idx], label_smoothing=self.smoothing)
+
+    def diag_loss(self, model: nn.Module) -> torch.Tensor:
+        n = min(DIAG_BATCH, len(self.y_train))
+        return F.cross_entropy(
+            model(self.x_train[:n]), self.y_train[:n], label_smoothing=self.smoothing
+        )
+
+    @torch.no_grad()
+    def _eval(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, smoothing: float = 0.0):
+        logits = torch.cat([model(b) for b in x.split(1024)])
+        loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
+        return float(loss), float((logits.argmax(-1) == y).float().mean())
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        loss, acc = self._eval(model, self.x_val, self.y_val)
+        return {"val_loss": loss, "val_acc": acc}
+
+    def final(self, model: nn.Module) -> tuple[dict[str, float], float]:
+        """Test metrics, and the train-set loss in eval mode (training criterion, no update)."""
+        loss, acc = self._eval(model, self.x_test, self.y_test)
+        train_loss, train_acc = self._eval(model, self.x_train, self.y_train, self.smoothing)
+        return {"test_loss": loss, "test_acc": acc, "eval_train_acc": train_acc}, train_loss
+
+
+class DiffusionTask:
+    """Epsilon-prediction MSE; validation loss on fixed (t, noise); Frechet distance of samples
+    in a small classifier's feature space (``fd_<dataset>_clf``)."""
+
+    VAL_REPEATS = 4  # fixed (t, noise) draws per validation image: lowers the metric's noise
+
+    def __init__(self, res: Resolved) -> None:
+        d, p = res.data, res.preset
+        self.dataset = d.name if d.name in ("digits", "mnist", "mnist1d") else p.dataset
+        self.dataset_key = res.preset.dataset
+        self.diff = Diffusion(res.model_config.timesteps)
+        self.steps = res.model_config.sample_steps
+        self.fd_samples = int(p.extra.get("fd_samples", 0))
+        self.num_classes = d.num_classes
+        self.shape = d.image_shape
+
+        def prep(x: np.ndarray, limit: int | None) -> torch.Tensor:
+            return torch.from_numpy(x[:limit]) * 2 - 1  # [0, 1] -> [-1, 1]
+
+        self.x_train, self.y_train = (
+            prep(d.x_train, p.max_train),
+            torch.from_numpy(d.y_train[: p.max_train]),
+        )
+        self.x_val, self.y_val = prep(d.x_val, p.max_eval), torch.from_numpy(d.y_val[: p.max_eval])
+        self.x_test, self.y_test = (
+            prep(d.x_test, p.max_eval),
+            torch.from_numpy(d.y_test[: p.max_eval]),
+        )
+        self._fixed: dict[str, tuple[torch.Tensor, ...]] = {}
+
+    def loss(self, model: nn.Module, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return self.diff.random_loss(model, self.x_train[idx], self.y_train[idx], gen)
+
+    def _fixed_draws(self, split: str, x: torch.Tensor, y: torch.Tensor, repeats: int):
+        if split not in self._fixed:
+            gen = torch.Generator().manual_seed(EVAL_SEED + len(split))
+            xr, yr = x.repeat(repeats, 1, 1, 1), y.repeat(repeats)
+            t = torch.randint(0, self.diff.T, (len(yr),), generator=gen)
+            noise = torch.randn(xr.shape, generator=gen)
+            self._fixed[split] = (xr, yr, t, noise)
+        return self._fixed[split]
+
+    @torch.no_grad()
+    def _fixed_loss(self, model: nn.Module, split: str, x, y, repeats: int) -> float:
+        xr, yr, t, noise = self._fixed_draws(split, x, y, repeats)
+        total = 0.0
+        for s in range(0, len(yr), 1024):
+            sl = slice(s, s + 1024)
+            total += float(self.diff.loss(model, xr[sl], yr[sl], t[sl], noise[sl])) * len(yr[sl])
+        return total / len(yr)
+
+    def diag_loss(self, model: nn.Module) -> torch.Tensor:
+        n = min(DIAG_BATCH, len(self.y_train))
+        xr, yr, t, noise = self._fixed_draws("diag", self.x_train[:n], self.y_train[:n], 1)
+        return self.diff.loss(model, xr, yr, t, noise)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {
+            "val_loss": self._fixed_loss(model, "val", self.x_val, self.y_val, self.VAL_REPEATS)
+        }
+
+    def final(self, model: nn.Module) -> tuple[dict[str, float], float]:
+        out = {
+            "test_loss": self._fixed_loss(model, "test", self.x_test, self.y_test, self.VAL_REPEATS)
+        }
+        n_train = min(len(self.y_train), 1024)
+        train = self._fixed_loss(model, "train", self.x_train[:n_train], self.y_train[:n_train], 1)
+        if self.fd_samples > 0 and self.dataset_key in ("digits", "mnist", "mnist1d"):
+            from normfree.workers.proxies.feature_clf import fd_score
+
+            y = torch.arange(self.fd_samples) % self.num_classes
+            samples = self.diff.sample(model, y, self.shape, self.steps, seed=EVAL_SEED)
+            fd = fd_score(self.dataset_key, (samples + 1) / 2)
+            out[f"fd_{self.dataset_key}_clf"] = fd if math.isfinite(fd) else float("inf")
+        return out, train
+
+
+TASKS = {"classify": ClassifyTask, "diffusion": DiffusionTask}
+
+
+# -------------------------------------------------------------------------------- trainer
+def train_trial(
+    config: TrialConfig, report: Callable[[EpochRecord], bool | None] | None = None
+) -> TrialResult:
+    """Train ``config.proxy`` with ``config.norm`` in every slot; see the module docstring."""
+    t_start = time.perf_counter()
+    res = resolve(config)  # ValueError for invalid configs, before any work
+    p = res.preset
+    threads = get_settings().trial_threads
+    curves: list[EpochRecord] = []
+    diags: list[LayerDiagnostic] = []
+    status, diverged_at, error = "complete", None, None
+    metrics: dict[str, float] = {}
+    eval_train_loss = None
+    train_time = 0.0
+    with trial_context(config.seed, threads):
+        try:
+            model = build_model(res)
+            task = TASKS[p.task](res)
+            gen = torch.Generator().manual_seed(config.seed)
+            opt = torch.optim.AdamW(
+                param_groups(model, p.weight_decay), lr=p.lr, betas=(0.9, 0.999)
+            )
+            n = len(task.y_train)
+            batches = [None] * math.ceil(n / p.batch_size)
+            total = p.epochs * len(batches)
+            warmup = round(p.warmup_epochs * len(batches))
+            diags += diagnostics.measure(model, task.diag_loss, epoch=0)
+            step, threshold = 0, math.inf
+            for epoch in range(1, p.epochs + 1):
+                t0 = time.perf_counter()
+                model.train()
+                perm = torch.randperm(n, generator=gen)
+                losses = torch.zeros(len(batches))
+                checked = 0
+                for i, idx in enumerate(perm.split(p.batch_size)):
+                    lr = lr_at(step, total, warmup, p.lr, p.schedule)
+                    for g in opt.param_groups:
+                        g["lr"] = lr
+                    loss = task.loss(model, idx, gen)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if p.grad_clip > 0:
+                        nn.utils.clip_grad_norm_(model.parameters(), p.grad_clip)
+                    opt.step()
+                    losses[i] = loss.detach()
+                    step += 1
+                    if step == 1:
+                        first = float(loss.detach())
+                        threshold = (
+                            p.divergence_factor * first if math.isfinite(first) else -math.inf
+                        )
+                    if (i + 1) % CHECK_EVERY == 0 or i + 1 == len(batches):
+                        window = losses[checked : i + 1]
+                        bad = ~torch.isfinite(window) | (window > threshold)
+                        if bool(bad.any()):
+                            first_bad = int(bad.nonzero()[0, 0])
+                            diverged_at = step - (i + 1 - checked) + first_bad + 1
+                            break
+                        checked = i + 1
+                train_time += time.perf_counter() - t0
+                if diverged_at is not None:
+                    status = "diverged"
+                    break
+                train_loss = float(losses.mean())
+                val = task.evaluate(model)
+                if not all(math.isfinite(v) for v in val.values()):
+                    status, diverged_at = "diverged", step
+                    break
+                rec = EpochRecord(
+                    epoch=epoch,
+                    step=step,
+                    train_loss=train_loss,
+                    val_loss=val.get("val_loss"),
+                    metrics=val,
+                    lr=lr,
+                    wall_time_s=time.perf_counter() - t_start,
+                )
+                curves.append(rec)
+                diags += diagnostics.measure(model, task.diag_loss, epoch=epoch)
+                if report is not None and report(rec):
+                    status = "pruned"
+                    metrics = {**val, "train_loss": train_loss}
+                    break
+            if status == "complete":
+                model.eval()
+                final, eval_train_loss = task.final(model)
+                metrics = {**curves[-1].metrics, "train_loss": curves[-1].train_loss, **final}
+                metrics["samples_per_s"] = step * p.batch_size / max(train_time, 1e-9)
+        except Exception as exc:  # a bug or a kernel failure: a failed trial, with its reason
+            status, error = "failed", "".join(traceback.format_exception_only(exc)).strip()
+            error += "\n" + traceback.format_exc(limit=-3)
+    if status == "diverged":
+        metrics = {}
+    return TrialResult(
+        status=status,
+        metrics=metrics,
+        objective=p.objective,
+        direction=p.direction,
+        curves=curves,
+        diagnostics=diags,
+        eval_train_loss=eval_train_loss,
+        diverged_at_step=diverged_at,
+        train_time_s=train_time,
+        total_time_s=time.perf_counter() - t_start,
+        error=error,
+        config=res.describe(),
+    )
+
+
+__all__ = [
+    "BASELINES",
+    "NORM_ALIASES",
+    "PROXIES",
+    "build_model",
+    "norm_factory",
+    "param_groups",
+    "parse_norm",
+    "resolve",
+    "resolve_alias",
+    "train_trial",
+]

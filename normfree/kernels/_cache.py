@@ -1,0 +1,86 @@
+"""The kernel cache: generated sources as real ``.py`` files, imported from disk.
+
+Why files: Triton reads a kernel's source with ``inspect`` (it must live in a file), and a file
+per candidate keeps the generated code inspectable. The key is a hash of
+``(kind, srepr(f), srepr(f'), GENERATOR_VERSION)``: the exact expressions printed, not only the
+canonical name, so a changed derivative choice can never reuse a stale kernel. The input dtype is
+not part of the file key because the source does not depend on it: dtype is a Triton
+specialisation (one binary per dtype, kept in Triton's own cache), and the torch code is
+dtype-generic.
+
+Writes are atomic (a temporary file in the same directory, then ``os.replace``) under a
+``filelock`` lock, so concurrent worker processes generate a file at most once and never import a
+half-written one. Within a process, a second request returns the same module object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from filelock import FileLock
+
+from normfree.kernels._codegen import GENERATOR_VERSION
+from normfree.settings import get_settings
+
+_modules: dict[Path, ModuleType] = {}
+_lock = threading.Lock()
+_override: Path | None = None
+
+
+def set_cache_dir(path: str | Path | None) -> None:
+    """Use ``path`` instead of ``get_settings().kernel_cache`` (None restores the setting)."""
+    global _override
+    _override = Path(path) if path is not None else None
+
+
+def cache_dir() -> Path:
+    return _override if _override is not None else Path(get_settings().kernel_cache)
+
+
+def cache_key(kind: str, expr_repr: str, derivative_repr: str) -> str:
+    text = "\n".join([kind, expr_repr, derivative_repr, GENERATOR_VERSION])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _slug(name: str) -> str:
+    keep = "".join(c if c.isalnum() else "_" for c in name)[:40].strip("_")
+    return keep or "candidate"
+
+
+def load_generated(kind: str, name: str, key: str, make_source: Callable[[], str]) -> ModuleType:
+    """Return the module for ``key``, generating and writing its file on first use."""
+    directory = cache_dir()
+    path = directory / f"{kind}_{_slug(name)}_{key}.py"
+    with _lock:
+        module = _modules.get(path)
+        if module is not None:
+            return module
+        if not path.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(path) + ".lock"):
+                if not path.exists():  # another process may have written it meanwhile
+                    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+                    with os.fdopen(fd, "w") as handle:
+                        handle.write(make_source())
+                    os.replace(tmp, path)
+        module_name = f"normfree_generated_{kind}_{key}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        _modules[path] = module
+        return module
+
+
+def loaded_paths() -> list[Path]:
+    """Files imported by this process (for tests and ``normfree candidates`` diagnostics)."""
+    return list(_modules)

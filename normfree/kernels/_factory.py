@@ -1,0 +1,112 @@
+"""``create_norm`` (the one resolver, as timm's) and ``swap_norms``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from normfree.kernels._module import PointwiseNorm, Shift
+from normfree.kernels._ops import Backend
+from normfree.specs import NormSpec
+
+
+def _resolve_candidate(name: str, formula: str | None) -> Any:
+    try:
+        from normfree.search_space import catalog, parse
+    except ImportError:  # TEMPORARY until search_space lands: erf and tanh only
+        return _bootstrap_candidate(name)
+    if formula is not None:
+        return parse(formula, name=name)
+    return catalog.resolve(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bootstrap:
+    name: str
+    expr: Any
+    derivative: Any
+
+
+def _bootstrap_candidate(name: str) -> Any:
+    import sympy
+
+    u = sympy.Symbol("u", real=True)
+    funcs = {"erf": sympy.erf, "tanh": sympy.tanh}
+    if name not in funcs:
+        raise LookupError(f"{name!r}: normfree.search_space is not available yet")
+
+    expr = funcs[name](u)
+    return _Bootstrap(name, expr, sympy.diff(expr, u))
+
+
+def create_norm(
+    spec: str | NormSpec | Any,
+    dim: int,
+    *,
+    shift: Shift | None = None,
+    affine: bool | None = None,
+    alpha0: float | None = None,
+    backend: Backend = "auto",
+) -> nn.Module:
+    """A norm layer for ``dim`` channels from a name, a formula, a Candidate or a NormSpec.
+
+    Strings: "layernorm" / "rmsnorm" / "identity" are the baselines (``nn.LayerNorm``,
+    ``nn.RMSNorm``, ``nn.Identity``); anything else goes through ``catalog.resolve`` (a catalog
+    name, a transform call such as ``"shift_h(erf, 0.5)"``, or a formula). A NormSpec brings its
+    own options; keyword arguments given here override them. Defaults: shift "none", affine on,
+    alpha0 0.5 (science.md section 1).
+    """
+    if isinstance(spec, NormSpec):
+        shift = spec.shift if shift is None else shift
+        affine = spec.affine if affine is None else affine
+        alpha0 = spec.alpha0 if alpha0 is None else alpha0
+        if spec.is_baseline:
+            return create_norm(spec.name, dim, affine=affine)
+        candidate = _resolve_candidate(spec.name, spec.formula)
+    elif isinstance(spec, str):
+        key = spec.strip().lower()
+        affine_ = True if affine is None else affine
+        if key == "layernorm":
+            return nn.LayerNorm(dim, elementwise_affine=affine_)
+        if key == "rmsnorm":
+            return nn.RMSNorm(dim, elementwise_affine=affine_)
+        if key == "identity":
+            return nn.Identity()
+        candidate = _resolve_candidate(spec, None)
+    elif hasattr(spec, "expr") and hasattr(spec, "derivative"):
+        candidate = spec
+    else:
+        raise TypeError(f"cannot make a norm from {type(spec).__name__}")
+    return PointwiseNorm(
+        candidate,
+        dim,
+        shift=shift or "none",
+        affine=True if affine is None else affine,
+        alpha0=0.5 if alpha0 is None else alpha0,
+        backend=backend,
+    )
+
+
+def swap_norms(model: nn.Module, factory: Callable[[int], nn.Module]) -> nn.Module:
+    """Replace every ``nn.LayerNorm`` in ``model`` (in place) by ``factory(dim)``; returns model.
+
+    The new module moves to the old one's device and dtype. Only 1-D normalized shapes map to a
+    channel count; anything else is an error rather than a silent skip.
+    """
+    targets = [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.LayerNorm)]
+    for name, old in targets:
+        if len(old.normalized_shape) != 1:
+            raise ValueError(f"{name}: LayerNorm over {old.normalized_shape} is not per-channel")
+        new = factory(int(old.normalized_shape[0]))
+        ref = next(iter(old.parameters()), None)
+        if ref is not None:
+            new = new.to(device=ref.device, dtype=ref.dtype)
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        if not name:
+            raise ValueError("the model itself is a LayerNorm: nothing to swap into")
+        setattr(parent, attr, new)
+    return model

@@ -1,0 +1,224 @@
+"""Compiled operator per candidate, the autograd Function and the functional form.
+
+Layering (Liger style): generated ``_fwd_kernel``/``_bwd_kernel`` (Triton) or generated torch
+``f``/``f_and_df`` -> launchers (:mod:`._triton_ops`, :mod:`._torch_ops`) ->
+:class:`PointwiseNormFunction` -> :class:`normfree.kernels.PointwiseNorm` -> :func:`pointwise_norm`.
+
+Backends: ``"triton"`` (generated Triton; CUDA tensors, or CPU tensors under
+``TRITON_INTERPRET=1``), ``"torch"`` (generated torch code, eager), ``"compile"`` (the same
+torch code fused by ``torch.compile``) and ``"auto"``: Triton on CUDA, and on CPU the torch
+path selected by :data:`CPU_AUTO` (see its comment for the measurement behind it).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal, Protocol
+
+import sympy
+import torch
+from torch import Tensor
+
+from normfree.kernels import _torch_ops, _triton_ops
+from normfree.kernels._cache import cache_key, load_generated
+from normfree.kernels._codegen import torch_source, triton_source
+
+Backend = Literal["auto", "triton", "torch", "compile"]
+BACKENDS = ("auto", "triton", "torch", "compile")
+
+# What "auto" runs on CPU tensors. Measured by bench/bench_kernels_cpu.py (README: kernels).
+CPU_AUTO: Literal["torch", "compile"] = "torch"
+
+
+class CandidateLike(Protocol):
+    """What the kernels need from a ``search_space.Candidate``."""
+
+    name: str
+    expr: sympy.Expr
+    derivative: sympy.Expr
+
+
+def _variable(expr: sympy.Expr, derivative: sympy.Expr) -> sympy.Symbol:
+    free = expr.free_symbols | derivative.free_symbols
+    others = sorted(str(sym) for sym in free if sym.name != "u")
+    if others:
+        raise ValueError(f"expression has free symbols other than u: {others}")
+    return next(iter(free)) if free else sympy.Symbol("u", real=True)
+
+
+@dataclass(eq=False)
+class CompiledOperator:
+    """The generated code of one candidate; modules load lazily from the kernel cache."""
+
+    name: str
+    expr: sympy.Expr
+    derivative: sympy.Expr
+    canonical: str
+    _compiled: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledOperator:
+        return self  # immutable code; copies of a model (EMA, checkpoints) share it
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickles as its expressions (sympy pickles); the generated modules reload from the cache
+        return (_rebuild, (self.name, self.expr, self.derivative, self.canonical))
+
+    @property
+    def variable(self) -> sympy.Symbol:
+        return _variable(self.expr, self.derivative)
+
+    def _key(self, kind: str) -> str:
+        return cache_key(kind, sympy.srepr(self.expr), sympy.srepr(self.derivative))
+
+    @functools.cached_property
+    def torch_module(self) -> ModuleType:
+        return load_generated(
+            "torch", self.name, self._key("torch"),
+            lambda: torch_source(self.expr, self.derivative, self.variable, self.canonical),
+        )  # fmt: skip
+
+    @functools.cached_property
+    def triton_module(self) -> ModuleType:
+        return load_generated(
+            "triton", self.name, self._key("triton"),
+            lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
+        )  # fmt: skip
+
+    def compiled(self, which: str) -> Any:
+        """torch.compile'd forward/backward math (built once per operator, dynamic shapes)."""
+        if which not in self._compiled:
+            mod = self.torch_module
+            if which == "forward":
+                fn = functools.partial(_torch_ops.forward_math, mod.f)
+            else:
+                fn = functools.partial(_torch_ops.backward_math, mod.f_and_df)
+            self._compiled[which] = torch.compile(fn, dynamic=True, fullgraph=True)
+        return self._compiled[which]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    name: str
+    expr: sympy.Expr
+    derivative: sympy.Expr
+    canonical: str
+
+
+def _rebuild(name: str, expr: sympy.Expr, derivative: sympy.Expr, canonical: str):
+    return compile_candidate(_Parts(name, expr, derivative, canonical))
+
+
+_operators: dict[tuple[str, str], CompiledOperator] = {}
+_operators_lock = threading.Lock()
+
+
+def compile_candidate(candidate: CandidateLike | CompiledOperator) -> CompiledOperator:
+    """The (process-wide, memoised) compiled operator of a candidate."""
+    if isinstance(candidate, CompiledOperator):
+        return candidate
+    expr = sympy.sympify(candidate.expr)  # already sympy: this only normalises numbers
+    derivative = sympy.sympify(candidate.derivative)
+    key = (sympy.srepr(expr), sympy.srepr(derivative))
+    with _operators_lock:
+        op = _operators.get(key)
+        if op is None:
+            canonical = str(getattr(candidate, "canonical", None) or sympy.sstr(expr))
+            op = CompiledOperator(candidate.name, expr, derivative, canonical)
+            _operators[key] = op
+        return op
+
+
+def resolve_backend(backend: Backend, x: Tensor) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "triton" if x.is_cuda else CPU_AUTO
+    if backend == "triton" and not x.is_cuda:
+        from triton import knobs
+
+        if not knobs.runtime.interpret:
+            raise RuntimeError(
+                "backend='triton' on a CPU tensor needs Triton's interpreter: set "
+                "TRITON_INTERPRET=1 (or NORMFREE_TRITON_INTERPRET=1) before normfree.kernels loads"
+            )
+    return backend
+
+
+class PointwiseNormFunction(torch.autograd.Function):
+    """y = gamma * f(alpha * x + s) + beta with a generated forward and backward.
+
+    Saves only x and the parameters; backward recomputes f and f' from x. Parameter gradients
+    are accumulated in fp32 and returned in each parameter's dtype; dx in x's dtype.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        alpha: Tensor,
+        s: Tensor | None,
+        gamma: Tensor | None,
+        beta: Tensor | None,
+        op: CompiledOperator,
+        backend: str,
+    ) -> Tensor:
+        if backend == "triton":
+            y = _triton_ops.forward(op.triton_module, x, alpha, s, gamma, beta)
+        elif backend == "compile":
+            y = op.compiled("forward")(x, alpha, s, gamma, beta)
+        else:
+            y = _torch_ops.forward_math(op.torch_module.f, x, alpha, s, gamma, beta)
+        ctx.save_for_backward(x, alpha, s, gamma, beta)
+        ctx.op = op
+        ctx.backend = backend
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        x, alpha, s, gamma, beta = ctx.saved_tensors
+        op: CompiledOperator = ctx.op
+        per_channel = s is not None and s.dim() == 1
+        if ctx.backend == "triton":
+            grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
+        elif ctx.backend == "compile":
+            grads = op.compiled("backward")(dy, x, alpha, s, gamma, per_channel)
+        else:
+            grads = _torch_ops.backward_math(op.torch_module.f_and_df, dy, x, alpha, s, gamma,
+                                             per_channel)  # fmt: skip
+        dx, d_alpha, d_s, d_gamma, d_beta = grads
+        need = ctx.needs_input_grad
+        return (
+            dx.to(x.dtype) if need[0] else None,
+            d_alpha.to(alpha.dtype).reshape(alpha.shape) if need[1] else None,
+            d_s.to(s.dtype).reshape(s.shape) if s is not None and need[2] else None,
+            d_gamma.to(gamma.dtype) if gamma is not None and need[3] else None,
+            d_beta.to(beta.dtype) if beta is not None and need[4] else None,
+            None,
+            None,
+        )
+
+
+def pointwise_norm(
+    x: Tensor,
+    candidate: CandidateLike | CompiledOperator,
+    alpha: Tensor,
+    s: Tensor | None = None,
+    gamma: Tensor | None = None,
+    beta: Tensor | None = None,
+    *,
+    backend: Backend = "auto",
+) -> Tensor:
+    """Functional form: ``gamma * f(alpha * x + s) + beta`` over the last dimension of ``x``.
+
+    ``alpha`` is a 0-d tensor, ``s`` 0-d or ``[D]`` (or None), ``gamma``/``beta`` ``[D]`` (both or
+    neither). Differentiable in all five.
+    """
+    if (gamma is None) != (beta is None):
+        raise ValueError("gamma and beta come together (affine) or not at all")
+    if alpha.dim() != 0:
+        raise ValueError("alpha must be a 0-d tensor")
+    op = compile_candidate(candidate)
+    return PointwiseNormFunction.apply(x, alpha, s, gamma, beta, op, resolve_backend(backend, x))

@@ -1,0 +1,128 @@
+"""The exact, kernel-safe derivative of a candidate.
+
+``sympy.diff`` is exact away from kinks, but for the sign-based forms of the catalog it is wrong or
+undefined exactly *at* the kink: d/du [sign(u) * g(|u|)] comes out as
+``2*g(|u|)*DiracDelta(u) + sign(u)**2 * g'(|u|)``, which a kernel evaluates to 0 at u = 0 (true
+slope g'(0), e.g. 1 for expsign) or to 0*inf = NaN when g'(0) is infinite (exproot, power23).
+
+Convention (stated once, used everywhere):
+
+1. DiracDelta terms are dropped (they only live on a measure-zero set that step 3 handles).
+2. Heaviside(x) becomes (1 + sign(x))/2, i.e. 1/2 at x = 0. That is the derivative convention of
+   Min/Max (clip): at a clip corner the derivative is the mean of the two one-sided slopes.
+3. At every *kink point* c (an exact rational real root of an argument of Abs, sign, Heaviside or
+   the base of a non-integer power; u = 0 is always tried) the derivative's value is:
+   - the mean of the one-sided limits of f' when both are finite (the true slope where f is
+     differentiable: expsign, logsignclip and saturlog get slope 1 at 0);
+   - otherwise (an infinite slope: exproot, power23clip at 0) the central secant slope
+     (f(c + h) - f(c - h)) / (2h) with h = 1e-3: finite, of the right sign, and close to the
+     slope a float32 finite difference would see.
+   The value is attached as ``Piecewise((value, Eq(u, c)), ..., (f', True))``, only where the
+   plain derivative would be wrong or non-finite at c.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from normfree.search_space._parser import U
+
+SECANT_H = sympy.Rational(1, 1000)  # the h of the central secant at infinite-slope kinks
+_EPS = (sympy.Rational(1, 10**12), sympy.Rational(1, 10**24))
+_PREC = 40
+_MAX_POLY_DEGREE = 6
+
+
+def _point_value(expr: sympy.Expr, at: sympy.Expr) -> float | None:
+    """``expr`` at ``u = at`` as a float, or None when undefined or infinite there."""
+    try:
+        v = expr.xreplace({U: at})
+        v = sympy.N(v, _PREC)
+        f = float(v)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return None
+    if f != f or f in (float("inf"), float("-inf")):
+        return None
+    return f
+
+
+def kink_arguments(expr: sympy.Expr) -> list[sympy.Expr]:
+    """Arguments whose zeros are potential kinks: of Abs, sign, Heaviside, non-integer powers."""
+    args: list[sympy.Expr] = []
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, (sympy.Abs, sympy.sign, sympy.Heaviside)) and node.args[0].free_symbols:
+            args.append(node.args[0])
+        elif isinstance(node, sympy.Pow) and node.base.free_symbols and not node.exp.is_Integer:
+            args.append(node.base)
+    return args
+
+
+def poly_real_roots(g: sympy.Expr, max_degree: int = _MAX_POLY_DEGREE) -> list[sympy.Expr]:
+    """Exact real roots of ``g`` when it is a polynomial in u of bounded degree, else []."""
+    try:
+        if not g.is_polynomial(U):
+            return []
+        poly = sympy.Poly(g, U)
+        degree = poly.degree()
+        if degree == 1:
+            a, b = poly.all_coeffs()
+            return [-b / a]
+        if not 2 <= degree <= max_degree or not (poly.domain.is_ZZ or poly.domain.is_QQ):
+            return []
+        return list(poly.real_roots())
+    except (sympy.PolynomialError, NotImplementedError, ValueError, TypeError):
+        return []
+
+
+def kink_points(expr: sympy.Expr) -> list[sympy.Rational]:
+    """Exact rational points where a kink argument of ``expr`` vanishes (bounded work)."""
+    points: set[sympy.Rational] = set()
+    for g in kink_arguments(expr):
+        try:
+            if g.xreplace({U: sympy.S.Zero}) == 0:
+                points.add(sympy.S.Zero)
+        except (TypeError, ValueError, ZeroDivisionError):
+            pass
+        for r in poly_real_roots(g):
+            if r.is_Rational:
+                points.add(r)
+    return sorted(points)
+
+
+def _kink_value(f: sympy.Expr, d: sympy.Expr, c: sympy.Rational) -> sympy.Expr:
+    """The conventional derivative value at kink ``c`` (see the module docstring)."""
+    sides = []
+    for direction in (-1, 1):
+        near, nearer = (_point_value(d, c + direction * e) for e in _EPS)
+        if near is None or nearer is None or abs(near - nearer) > 1e-6 * (1 + abs(nearer)):
+            sides.append(None)
+        else:
+            sides.append(nearer)
+    if sides[0] is not None and sides[1] is not None:
+        value = (sides[0] + sides[1]) / 2
+    else:
+        hi = _point_value(f, c + SECANT_H)
+        lo = _point_value(f, c - SECANT_H)
+        value = 0.0 if hi is None or lo is None else (hi - lo) / float(2 * SECANT_H)
+    nearest = round(value)
+    if abs(value - nearest) < 1e-12:
+        return sympy.Integer(nearest)
+    return sympy.Float(value, 17)
+
+
+def kernel_safe_derivative(expr: sympy.Expr) -> sympy.Expr:
+    """d expr / du with no DiracDelta/Heaviside, and the conventional value at kink points."""
+    raw = sympy.diff(expr, U)
+    kinks = sorted(set(kink_points(expr)) | set(kink_points(raw)))
+    d = raw.replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+    d = d.replace(sympy.Heaviside, lambda x, *rest: (1 + sympy.sign(x)) / 2)
+    fixes = []
+    for c in kinks:
+        value = _kink_value(expr, d, c)
+        naive = _point_value(d, c)
+        if naive is not None and abs(naive - float(value)) <= 1e-12 * (1 + abs(naive)):
+            continue
+        fixes.append((value, sympy.Eq(U, c)))
+    if fixes:
+        d = sympy.Piecewise(*fixes, (d, True))
+    return d

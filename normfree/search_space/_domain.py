@@ -1,0 +1,144 @@
+"""The domain rule: a candidate must be finite for every real u, and so must its derivative.
+
+normfree REJECTS a formula that is NaN or infinite anywhere on the real line (log(u), sqrt(u), 1/u,
+u**-1, log(sin(u)) ...) instead of guarding it silently: a silent guard would change the function
+the user asked about. The error names the offending sub-expression and a point where it fails, and
+suggests a guarded form (log(abs(u)+1), sqrt(abs(u)), 1/(1+abs(u))).
+
+The check is layered so that it is both cheap and hard to fool:
+
+1. symbolic: exact real roots of polynomial denominators and log arguments (sympy ``real_roots``,
+   bounded degree), and sign of non-integer power bases;
+2. numeric, float64: f and f' on a dense grid over [-100, 100] that contains 0, the integers and the
+   exact kink points, plus tiny and moderately large |u|; near-zeros of every denominator are
+   refined by bounded minimisation so that 1/(u - 0.3)**2 is caught between grid points;
+3. numeric, float32 (torch) on [-10, 10]: what a kernel will actually compute.
+
+Functions that are finite everywhere but overflow only for large |u| (exp(u), cosh(u) beyond
+|u| ~ 709 in float64) are accepted; their growth is reported by the properties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+import sympy
+import torch
+
+from normfree.search_space._derivative import poly_real_roots
+from normfree.search_space._numeric import evaluate_array, evaluate_numpy
+from normfree.search_space.errors import ExpressionError
+
+HINT = (
+    "formulas must be finite for every real u; guard the argument yourself, e.g. "
+    "log(abs(u)+1), sqrt(abs(u)), 1/(1+abs(u))"
+)
+
+_MAX_POLY_DEGREE = 8
+DOMAIN_RADIUS = 100.0
+
+
+def domain_grid(extra: list[float] | None = None) -> np.ndarray:
+    """The float64 points where f and f' must be finite."""
+    dense = np.linspace(-DOMAIN_RADIUS, DOMAIN_RADIUS, 40001)  # step 0.005, contains 0
+    special = [0.0, 1e-300, 1e-30, 1e-12, 1e-6, 0.1, 0.5, np.pi / 2, np.e]
+    pts = np.concatenate([dense, special, [-s for s in special], np.arange(-100.0, 101.0)])
+    if extra:
+        pts = np.concatenate([pts, np.asarray(extra, dtype=np.float64)])
+    return np.unique(pts)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _poly_real_roots(g: sympy.Expr) -> list[float]:
+    out = []
+    for r in poly_real_roots(g, _MAX_POLY_DEGREE):
+        try:
+            out.append(float(r))
+        except TypeError:  # a complex root of a linear polynomial with complex coefficients
+            continue
+    return out
+
+
+def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
+    """A point where |g| (numerically) reaches 0, refining local minima of |g| on ``grid``."""
+    vals = np.abs(evaluate_numpy(g, grid))
+    if not np.all(np.isfinite(vals)):
+        return float(grid[np.argmax(~np.isfinite(vals))])
+    if np.any(vals == 0):
+        return float(grid[np.argmax(vals == 0)])
+    scale = max(1.0, float(np.median(vals)))
+    # Indices of local minima of |g| (including sign changes, where |g| dips between points).
+    interior = np.where((vals[1:-1] <= vals[:-2]) & (vals[1:-1] <= vals[2:]))[0] + 1
+    candidates = interior[np.argsort(vals[interior])][:20]
+    for i in candidates:
+        lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+        res = scipy.optimize.minimize_scalar(
+            lambda t: float(np.abs(evaluate_numpy(g, np.array([t]))[0])),
+            bounds=(lo, hi),
+            method="bounded",
+            options={"xatol": 1e-13, "maxiter": 200},
+        )
+        if res.fun <= 1e-9 * scale:
+            return float(res.x)
+    return None
+
+
+def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -> None:
+    """Raise :class:`ExpressionError` unless f and f' are finite on the whole real line."""
+    grid = domain_grid(kinks)
+    # 1 + 2a: the dangerous sub-expressions, symbolically and by refined search.
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow) and node.base.free_symbols:
+            if node.exp.is_negative:
+                for r in _poly_real_roots(node.base):
+                    raise ExpressionError(
+                        f"division by zero: {node} is infinite at u={_fmt(r)}; {HINT}"
+                    )
+                at = _near_zero(node.base, grid)
+                if at is not None:
+                    raise ExpressionError(
+                        f"division by zero: {node} is infinite near u={_fmt(at)}; {HINT}"
+                    )
+            if not node.exp.is_Integer:
+                vals = evaluate_numpy(node.base, grid)
+                bad = np.where(vals < 0)[0]
+                if bad.size:
+                    raise ExpressionError(
+                        f"{node} is not real at u={_fmt(grid[bad[0]])} (negative base of a "
+                        f"fractional power); {HINT}"
+                    )
+        if isinstance(node, sympy.log):
+            arg = node.args[0]
+            for r in _poly_real_roots(arg):
+                raise ExpressionError(f"{node} is not finite at u={_fmt(r)}; {HINT}")
+            vals = evaluate_numpy(arg, grid)
+            bad = np.where(~(vals > 0))[0]
+            if bad.size:
+                raise ExpressionError(
+                    f"{node} is not finite at u={_fmt(grid[bad[0]])} (log of a non-positive "
+                    f"number); {HINT}"
+                )
+            at = _near_zero(arg, grid)
+            if at is not None:
+                raise ExpressionError(f"{node} is not finite near u={_fmt(at)}; {HINT}")
+    # 2: the whole function and its derivative on the grid, float64.
+    for what, e in (("the formula", expr), ("its derivative", derivative)):
+        vals = evaluate_numpy(e, grid)
+        bad = np.where(~np.isfinite(vals))[0]
+        if bad.size:
+            raise ExpressionError(
+                f"{what} is not finite at u={_fmt(grid[bad[0]])} "
+                f"({'NaN' if np.isnan(vals[bad[0]]) else 'infinite'}); {HINT}"
+            )
+    # 3: float32, as a kernel computes it.
+    small = grid[np.abs(grid) <= 10.0]
+    x32 = torch.tensor(small, dtype=torch.float32)
+    for what, e in (("the formula", expr), ("its derivative", derivative)):
+        vals = evaluate_array(e, x32)
+        bad = torch.nonzero(~torch.isfinite(vals))
+        if bad.numel():
+            at = float(x32[bad[0, 0]])
+            raise ExpressionError(f"{what} is not finite in float32 at u={_fmt(at)}; {HINT}")

@@ -1,0 +1,86 @@
+"""Canonical form and behavioural fingerprint: recognising the same function submitted twice.
+
+Two complementary tests, because neither is enough alone:
+
+- the *canonical form* is the text of sympy's automatically canonicalised expression (exact
+  rationals, sorted commutative arguments, the parser's rewrites such as sigmoid -> tanh). It is
+  cheap and bounded (no ``simplify``: that can run for minutes on hostile input) and catches the
+  syntactic variants: ``2*sigmoid(2*u) - 1`` *is* ``tanh(u)`` after rewriting.
+- the *fingerprint* compares behaviour: the values on a fixed probe grid (201 points in [-8, 8],
+  including 0, plus |u| in {10, 20, 50, 100, 1000}) in float64. ``same_function`` compares probe
+  vectors with a relative tolerance of 1e-9; ``fingerprint`` is a short hash of the values rounded
+  to 7 significant digits, an index key (near a rounding boundary two equal functions may hash
+  apart, so the final word is always ``same_function``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import sympy
+
+from normfree.search_space._numeric import evaluate_numpy
+
+if TYPE_CHECKING:
+    from normfree.search_space.candidate import Candidate
+
+_LARGE = np.array([10.0, 20.0, 50.0, 100.0, 1000.0])
+PROBE_GRID: np.ndarray = np.unique(
+    np.concatenate([np.round(np.linspace(-8.0, 8.0, 201), 12), _LARGE, -_LARGE])
+)
+RTOL = 1e-9
+ATOL = 1e-12
+
+
+def canonical_form(expr: sympy.Expr) -> str:
+    """Deterministic text of the (auto-canonicalised) expression; bounded work."""
+    return sympy.sstr(expr, order="lex")
+
+
+def probe_values(expr: sympy.Expr) -> np.ndarray:
+    """f on :data:`PROBE_GRID`, float64."""
+    return evaluate_numpy(expr, PROBE_GRID)
+
+
+def fingerprint(expr: sympy.Expr) -> str:
+    """A 16-hex-digit hash of the probe values rounded to 7 significant digits."""
+    vals = probe_values(expr)
+    parts = []
+    for v in vals:
+        if not np.isfinite(v):
+            parts.append(str(v))
+        elif abs(v) < 1e-9:
+            parts.append("0")
+        else:
+            parts.append(f"{v:.6e}")
+    return hashlib.sha256(",".join(parts).encode()).hexdigest()[:16]
+
+
+def _values(c: Candidate) -> np.ndarray:
+    return probe_values(c.expr)
+
+
+def same_function(a: Candidate, b: Candidate) -> bool:
+    """True when ``a`` and ``b`` agree on the probe grid within a relative 1e-9."""
+    if a.canonical == b.canonical:
+        return True
+    va, vb = _values(a), _values(b)
+    both_finite = np.isfinite(va) & np.isfinite(vb)
+    if not np.array_equal(np.isfinite(va), np.isfinite(vb)):
+        return False
+    if not np.all(va[~both_finite] == vb[~both_finite]):
+        return False
+    return bool(np.allclose(va[both_finite], vb[both_finite], rtol=RTOL, atol=ATOL))
+
+
+def find_duplicate(candidate: Candidate, pool: Iterable[Candidate]) -> Candidate | None:
+    """The first member of ``pool`` that is the same function as ``candidate`` (else None)."""
+    for other in pool:
+        if other is candidate:
+            continue
+        if other.canonical == candidate.canonical or same_function(candidate, other):
+            return other
+    return None

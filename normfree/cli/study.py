@@ -1,0 +1,571 @@
+"""``normfree study ...`` and ``normfree leaderboard``: create, run, watch and steer studies.
+
+Creating a study writes it (and, for grids, all its trials) to storage and then runs its driver
+in this process with a live progress bar; ``--detach`` only creates it (run it later, or from
+another machine, with ``normfree study run ID``). Every command takes ``--db URL`` (default:
+``NORMFREE_DATABASE_URL``) and ``--json``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from normfree.cli import main
+from normfree.cli._output import emit, fail, json_option
+
+db_option = click.option(
+    "--db",
+    "database_url",
+    default=None,
+    metavar="URL",
+    help="Database URL (default: NORMFREE_DATABASE_URL, else sqlite:///normfree.db).",
+)
+
+
+def _settings(database_url: str | None) -> Any:
+    from normfree.settings import get_settings
+
+    base = get_settings()
+    return base.model_copy(update={"database_url": database_url}) if database_url else base
+
+
+def _store(settings: Any) -> Any:
+    from normfree.workers.execution import TrialStore
+
+    store = TrialStore(settings.database_url, settings.optuna_storage_url)
+    store.migrate()
+    return store
+
+
+def _split(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(t) for t in _split(text)]
+    except ValueError:
+        raise click.BadParameter(f"{what} must be comma-separated numbers, got {text!r}") from None
+
+
+def _scalar(text: str) -> bool | int | float | str:
+    low = text.lower()
+    if low in ("true", "on", "yes"):
+        return True
+    if low in ("false", "no"):
+        return False
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+# ---------------------------------------------------------------------------- run + progress
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    return "  ".join(f"{k.lower()} {v}" for k, v in counts.items() if v)
+
+
+def _run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None) -> dict:
+    """Run the study's driver here, with a rich progress bar unless ``--json``."""
+    from normfree.workers.driver import StudyDriver
+
+    if as_json:
+        summary = StudyDriver(study_id, settings=settings, max_parallel=parallel).run()
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        with Progress(
+            TextColumn(f"study {study_id}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[counts]}"),
+        ) as bar:
+            task = bar.add_task("trials", total=None, counts="starting Ray ...")
+
+            def progress(counts: dict[str, int]) -> None:
+                total = sum(counts.values())
+                done = total - counts.get("WAITING", 0) - counts.get("RUNNING", 0)
+                bar.update(task, total=total, completed=done, counts=_counts_line(counts))
+
+            driver = StudyDriver(
+                study_id, settings=settings, max_parallel=parallel, on_progress=progress
+            )
+            summary = driver.run()
+    driver_summary = {
+        "study_id": summary.study_id,
+        "status": summary.status,
+        "dispatched": summary.dispatched,
+        "retried": summary.retried,
+        "requeued_expired": summary.requeued_expired,
+        "counts": summary.counts,
+        "wall_s": round(summary.wall_s, 2),
+    }
+    return driver_summary
+
+
+def _create_and_maybe_run(
+    spec: Any, database_url: str | None, detach: bool, as_json: bool, parallel: int | None
+) -> None:
+    from normfree.workers.driver import create_study
+
+    settings = _settings(database_url)
+    try:
+        study_id = create_study(spec, settings=settings)
+    except (ValueError, KeyError) as exc:
+        fail(str(exc), as_json)
+    store = _store(settings)
+    progress = store.repo.study_progress(study_id)
+    out: dict[str, Any] = {"study_id": study_id, "kind": spec.kind, "trials": progress["total"]}
+    if not detach:
+        if not as_json:
+            click.echo(f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials")
+        out["run"] = _run_driver(study_id, settings, as_json, parallel)
+        out["leaderboard"] = store.repo.leaderboard(spec.proxy, study_id=study_id)
+
+    def human(r: dict[str, Any]) -> None:
+        if detach:
+            click.echo(
+                f"created study {r['study_id']} ({r['trials']} trials planned); "
+                f"run it with `normfree study run {r['study_id']}`"
+            )
+            return
+        click.echo(
+            f"study {r['study_id']}: {r['run']['status']} in {r['run']['wall_s']} s "
+            f"({_counts_line(r['run']['counts'])})"
+        )
+        _print_leaderboard(r["leaderboard"])
+
+    emit(out, as_json, human)
+
+
+common = [
+    click.option("--proxy", required=True, help="Proxy preset (e.g. vit-digits, vit-tiny)."),
+    click.option("--seeds", default=3, show_default=True, help="Seeds per cell (paired)."),
+    click.option("--epochs", type=int, default=None, help="Override the preset's budget."),
+    click.option("--name", default=None, help="A label for the study."),
+    click.option("--lr", type=float, default=None, help="Override the preset's learning rate."),
+    click.option(
+        "--parallel", type=int, default=None, help="Trials side by side (default: Ray's CPUs)."
+    ),
+    click.option("--detach", is_flag=True, help="Only create the study; run it later."),
+    db_option,
+    json_option,
+]
+
+
+def _common(f: Any) -> Any:
+    for opt in reversed(common):
+        f = opt(f)
+    return f
+
+
+def _params(lr: float | None, **extra: Any) -> dict[str, Any]:
+    out = {k: v for k, v in extra.items() if v is not None}
+    if lr is not None:
+        out["lr"] = lr
+    return out
+
+
+@main.group()
+def study() -> None:
+    """Create, run and steer studies (property grids, option crosses, function searches)."""
+
+
+@study.command("property")
+@click.option("--transform", required=True, help="A catalog transform (shift_h, shift_v, ...).")
+@click.option("--functions", required=True, help="Base functions, comma-separated.")
+@click.option("--values", "values_", required=True, help="Transform values, comma-separated.")
+@click.option(
+    "--baselines", default="layernorm", show_default=True, help="Reference cells ('' for none)."
+)
+@click.option(
+    "--shift", type=click.Choice(["none", "scalar", "channel"]), default="none", show_default=True
+)
+@_common
+def study_property(
+    transform: str,
+    functions: str,
+    values_: str,
+    baselines: str,
+    shift: str,
+    proxy: str,
+    seeds: int,
+    epochs: int | None,
+    name: str | None,
+    lr: float | None,
+    parallel: int | None,
+    detach: bool,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """Base functions x transform values x paired seeds: every cell runs."""
+    from normfree.specs import StudySpec
+
+    spec = StudySpec(
+        kind="property",
+        name=name,
+        proxy=proxy,
+        seeds=seeds,
+        functions=_split(functions),
+        transform=transform,
+        values=_floats(values_, "--values"),
+        baselines=_split(baselines),
+        norm_shift=shift,  # type: ignore[arg-type]
+        epochs=epochs,
+        params=_params(lr),
+    )
+    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
+
+
+@study.command("options")
+@click.option("--functions", required=True, help="Functions, comma-separated.")
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="An option axis, repeatable: layerscale_init=off,1e-5,1e-1  depth_scaled_init=false,true"
+    "  alpha0=0.5,1  shift=none,scalar,channel (any proxy-config field works too).",
+)
+@click.option("--baselines", default="layernorm", show_default=True)
+@_common
+def study_options(
+    functions: str,
+    options: tuple[str, ...],
+    baselines: str,
+    proxy: str,
+    seeds: int,
+    epochs: int | None,
+    name: str | None,
+    lr: float | None,
+    parallel: int | None,
+    detach: bool,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """Functions x every combination of option values x paired seeds."""
+    from normfree.specs import StudySpec
+
+    axes: dict[str, list[Any]] = {}
+    for item in options:
+        key, sep, vals = item.partition("=")
+        if not sep or not key.strip() or not _split(vals):
+            fail(f"--option wants NAME=V1,V2,...; got {item!r}", as_json)
+        axes[key.strip()] = [_scalar(v) for v in _split(vals)]
+    spec = StudySpec(
+        kind="options",
+        name=name,
+        proxy=proxy,
+        seeds=seeds,
+        functions=_split(functions),
+        options=axes,
+        baselines=_split(baselines),
+        epochs=epochs,
+        params=_params(lr),
+    )
+    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
+
+
+@study.command("search")
+@click.option("--functions", default=None, help="Candidates (default: the whole catalog).")
+@click.option("--n-trials", type=int, default=None, help="Optuna trials (default: #candidates).")
+@click.option("--sampler", type=click.Choice(["tpe", "random"]), default="tpe", show_default=True)
+@click.option(
+    "--pruner",
+    type=click.Choice(["sha", "hyperband", "median", "none"]),
+    default="sha",
+    show_default=True,
+)
+@click.option(
+    "--extra-seeds",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Extra seeds for each of the top arms before ranking.",
+)
+@click.option("--top", type=int, default=3, show_default=True, help="How many arms get them.")
+@click.option("--alpha0-range", default=None, help="Also search alpha0 in LO,HI (log).")
+@click.option("--lr-range", default=None, help="Also search the learning rate in LO,HI (log).")
+@click.option("--sampler-seed", type=int, default=0, show_default=True)
+@_common
+def study_search(
+    functions: str | None,
+    n_trials: int | None,
+    sampler: str,
+    pruner: str,
+    extra_seeds: int,
+    top: int,
+    alpha0_range: str | None,
+    lr_range: str | None,
+    sampler_seed: int,
+    proxy: str,
+    seeds: int,
+    epochs: int | None,
+    name: str | None,
+    lr: float | None,
+    parallel: int | None,
+    detach: bool,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """A sampler picks candidates; a pruner stops poor ones early; the best get extra seeds."""
+    from normfree.specs import StudySpec
+
+    extra: dict[str, Any] = {"top_arms": top, "sampler_seed": sampler_seed}
+    for key, text in (("alpha0_range", alpha0_range), ("lr_range", lr_range)):
+        if text:
+            rng = _floats(text, f"--{key.replace('_', '-')}")
+            if len(rng) != 2 or not 0 < rng[0] < rng[1]:
+                fail(f"--{key.replace('_', '-')} wants LO,HI with 0 < LO < HI", as_json)
+            extra[key] = rng
+    spec = StudySpec(
+        kind="search",
+        name=name,
+        proxy=proxy,
+        seeds=seeds,
+        functions=_split(functions),
+        epochs=epochs,
+        sampler=sampler,  # type: ignore[arg-type]
+        pruner=pruner,  # type: ignore[arg-type]
+        n_trials=n_trials,
+        extra_seeds_for_top=extra_seeds,
+        params=_params(lr, **extra),
+    )
+    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
+
+
+def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
+    found = store.repo.get_study(study_id)
+    if found is None:
+        fail(f"no study {study_id}", as_json, code=1)
+    return found
+
+
+@study.command("run")
+@click.argument("study_id", type=int)
+@click.option("--parallel", type=int, default=None)
+@db_option
+@json_option
+def study_run(study_id: int, parallel: int | None, database_url: str | None, as_json: bool) -> None:
+    """Run (or resume after a crash) the driver of study STUDY_ID until it is done."""
+    settings = _settings(database_url)
+    store = _store(settings)
+    found = _study_or_fail(store, study_id, as_json)
+    out = _run_driver(study_id, settings, as_json, parallel)
+    out["leaderboard"] = store.repo.leaderboard(found["proxy"], study_id=study_id)
+
+    def human(r: dict[str, Any]) -> None:
+        click.echo(f"study {study_id}: {r['status']} ({_counts_line(r['counts'])})")
+        _print_leaderboard(r["leaderboard"])
+
+    emit(out, as_json, human)
+
+
+def _status_table(p: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"study {p['study_id']} ({p['status']})")
+    for col in ("status", "trials"):
+        t.add_column(col)
+    for k, v in p["counts"].items():
+        if v:
+            t.add_row(k, str(v))
+    t.add_row("finished", f"{p['finished']}/{p['total']} ({100 * p['fraction_finished']:.0f}%)")
+    if p.get("best"):
+        b = p["best"]
+        t.add_row("best", f"{b['candidate']} seed {b['seed']}: {b['objective']} {b['value']:.4g}")
+    return t
+
+
+@study.command("status")
+@click.argument("study_id", type=int)
+@click.option("--watch", is_flag=True, help="Refresh live until the study stops running.")
+@click.option("--interval", type=float, default=1.0, show_default=True)
+@db_option
+@json_option
+def study_status(
+    study_id: int, watch: bool, interval: float, database_url: str | None, as_json: bool
+) -> None:
+    """Progress of a study: trials per status, finished fraction, best so far."""
+    store = _store(_settings(database_url))
+    _study_or_fail(store, study_id, as_json)
+    progress = store.repo.study_progress(study_id)
+    if watch and not as_json:
+        from rich.live import Live
+
+        with Live(_status_table(progress), refresh_per_second=4) as live:
+            while progress["status"] in ("pending", "running"):
+                time.sleep(interval)
+                progress = store.repo.study_progress(study_id)
+                live.update(_status_table(progress))
+        return
+
+    def human(p: dict[str, Any]) -> None:
+        from rich.console import Console
+
+        Console().print(_status_table(p))
+
+    emit(progress, as_json, human)
+
+
+def _steer(study_id: int, action: str, database_url: str | None, as_json: bool) -> dict:
+    store = _store(_settings(database_url))
+    found = _study_or_fail(store, study_id, as_json)
+    if found["status"] in ("complete", "cancelled"):
+        fail(f"study {study_id} is {found['status']}; nothing to {action}", as_json, code=1)
+    out: dict[str, Any] = {"study_id": study_id}
+    if action == "pause":
+        store.repo.set_study_status(study_id, "paused")
+    elif action == "resume":
+        store.repo.set_study_status(study_id, "pending")
+    else:
+        store.repo.set_study_status(study_id, "cancelled")
+        out["cancelled_waiting"] = store.repo.cancel_waiting(study_id)
+    out["status"] = store.study_status(study_id)
+    return out
+
+
+@study.command("pause")
+@click.argument("study_id", type=int)
+@db_option
+@json_option
+def study_pause(study_id: int, database_url: str | None, as_json: bool) -> None:
+    """Stop leasing at once; running trials stop at their next epoch and wait (uncharged)."""
+    out = _steer(study_id, "pause", database_url, as_json)
+    emit(out, as_json, lambda r: click.echo(f"study {study_id} paused"))
+
+
+@study.command("resume")
+@click.argument("study_id", type=int)
+@click.option("--detach", is_flag=True, help="Only mark it resumable; do not run the driver.")
+@click.option("--parallel", type=int, default=None)
+@db_option
+@json_option
+def study_resume(
+    study_id: int, detach: bool, parallel: int | None, database_url: str | None, as_json: bool
+) -> None:
+    """Resume a paused study and run its driver here (unless --detach)."""
+    out = _steer(study_id, "resume", database_url, as_json)
+    if not detach:
+        out["run"] = _run_driver(study_id, _settings(database_url), as_json, parallel)
+    emit(out, as_json, lambda r: click.echo(f"study {study_id}: {r.get('run', r)['status']}"))
+
+
+@study.command("cancel")
+@click.argument("study_id", type=int)
+@db_option
+@json_option
+def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None:
+    """Cancel: waiting trials never run; running ones stop at their next epoch."""
+    out = _steer(study_id, "cancel", database_url, as_json)
+    emit(
+        out,
+        as_json,
+        lambda r: click.echo(
+            f"study {study_id} cancelled ({r['cancelled_waiting']} waiting trials dropped)"
+        ),
+    )
+
+
+@study.command("list")
+@db_option
+@json_option
+def study_list(database_url: str | None, as_json: bool) -> None:
+    """All studies, newest first."""
+    store = _store(_settings(database_url))
+    rows = store.repo.list_studies()
+    for r in rows:
+        r["progress"] = store.repo.study_progress(r["id"])["counts"]
+
+    def human(items: list[dict[str, Any]]) -> None:
+        for r in items:
+            click.echo(
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t"
+                f"{_counts_line(r['progress'])}"
+            )
+
+    emit(rows, as_json, human)
+
+
+# ------------------------------------------------------------------------------ leaderboard
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def _arm_label(r: dict[str, Any]) -> str:
+    axes = {
+        k: v
+        for k, v in (r.get("axis_values") or {}).items()
+        if k not in ("seed", "function", "baseline")
+    }
+    extra = " ".join(f"{k}={v}" for k, v in axes.items())
+    return f"{r['candidate']} {extra}".strip()
+
+
+def _print_leaderboard(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        click.echo("(no finished trials yet)")
+        return
+    obj = rows[0].get("objective") or "value"
+    t = Table(title=f"leaderboard: {obj} ({rows[0].get('direction')}), 95% t intervals")
+    for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
+        t.add_column(col)
+    for r in rows:
+        ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}" if r["mean"] is not None else "-"
+        vs = r.get("vs_layernorm")
+        vs_text = "-"
+        if vs and vs.get("mean_diff") is not None:
+            hw = _fmt(vs.get("ci_half_width"), 2)
+            vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
+        t.add_row(
+            str(r["rank"]),
+            _arm_label(r),
+            ci,
+            str(r["n"]),
+            str(r["n_diverged"]),
+            str(r["n_failed"]),
+            "yes" if r["indistinguishable_from_best"] else "",
+            vs_text,
+        )
+    Console().print(t)
+    click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+
+
+@main.command("leaderboard")
+@click.option("--proxy", required=True, help="Proxy preset whose trials are ranked.")
+@click.option("--study", "study_id", type=int, default=None, help="Only this study's trials.")
+@click.option("--group", default=None, help="Only candidates of this catalog group.")
+@click.option("--metric", default=None, help="Rank by this final metric instead.")
+@db_option
+@json_option
+def leaderboard(
+    proxy: str,
+    study_id: int | None,
+    group: str | None,
+    metric: str | None,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """Arms ranked over seeds: mean ± CI, n, diverged, ≈best flag, paired diff vs LayerNorm."""
+    store = _store(_settings(database_url))
+    rows = store.repo.leaderboard(proxy, study_id=study_id, group=group, metric=metric)
+    emit(rows, as_json, _print_leaderboard)

@@ -1,0 +1,362 @@
+"""The study runner: ask, lease, dispatch, collect, tell, write. Resumable at any point.
+
+A driver owns one study's loop; everything it knows lives in storage and in Optuna's storage, so
+a driver killed at any instruction is replaced by starting another (``normfree study run ID``):
+
+- trials are rows. Grid studies insert all their rows at creation; a search inserts one row per
+  Optuna ``ask``. Inserting is idempotent (unique (study, trial key)), so replanning after a crash
+  adds nothing twice.
+- a row is *leased* before it is dispatched (owner = this driver, expires unless renewed); the Ray
+  task renews it and writes the result under it. If the driver dies, its Ray tasks die with the
+  embedded cluster (or keep running on a real cluster and still finish their rows); the next
+  driver requeues every RUNNING row whose lease expired (``attempt + 1``).
+- a task that fails (worker process killed, node lost, exception) is requeued at once by the
+  driver, up to ``max_attempts``, then marked FAILED with the reason.
+- Optuna is told a trial's outcome by the driver after the row is final. On start the driver
+  reconciles: rows that finished while no driver was watching are told now
+  (``skip_if_finished``), and Optuna trials asked but never inserted are failed.
+
+Pruning does not pass through the driver: the task reports each epoch to Optuna and asks
+``should_prune`` itself (see :mod:`normfree.workers.execution`). Pause and cancel are study
+statuses: the driver stops leasing at once, running tasks read the status at their next report.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from normfree.settings import Settings, get_settings
+from normfree.specs import StudySpec
+from normfree.storage import LeasedTrial
+from normfree.workers import scheduling as sch
+from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
+
+__all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+_TERMINAL = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED")
+
+
+def optuna_study_name(study_id: int) -> str:
+    """Optuna's name for our study: stable, so a restarted driver loads the same one."""
+    return f"normfree-study-{study_id}"
+
+
+def _load_optuna(store: TrialStore, spec: StudySpec, study_id: int) -> optuna.Study:
+    _, direction = sch.objective_of(spec.proxy)
+    return optuna.create_study(
+        study_name=optuna_study_name(study_id),
+        storage=store.optuna_storage(),
+        sampler=sch.make_sampler(spec),
+        pruner=sch.make_pruner(spec),
+        direction=direction,
+        load_if_exists=True,
+    )
+
+
+def create_study(
+    spec: StudySpec, *, settings: Settings | None = None, store: TrialStore | None = None
+) -> int:
+    """Record a study, its Optuna study and (grid kinds) all its trials; return its id.
+
+    Nothing runs yet: ``StudyDriver(id).run()`` (or ``normfree study run ID``) does that.
+    Planning errors (unknown transform, empty grid) raise before anything is written.
+    """
+    settings = settings or get_settings()
+    store = store or TrialStore(settings.database_url, settings.optuna_storage_url)
+    store.migrate()
+    planned = sch.plan_grid(spec) if spec.kind in ("property", "options") else []
+    if spec.kind == "search":
+        sch.search_distributions(spec)  # validates the candidate list early
+    elif spec.kind not in ("property", "options"):
+        raise ValueError(f"study kind {spec.kind!r} is not run by this driver")
+    study_id = store.repo.create_study(spec)
+    _load_optuna(store, spec, study_id)
+    if planned:
+        store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
+    return study_id
+
+
+@dataclass
+class DriverSummary:
+    """What one ``run`` did (the study's totals are in storage)."""
+
+    study_id: int
+    status: str
+    dispatched: int = 0
+    retried: int = 0
+    requeued_expired: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    overhead_s: float = 0.0  # time the loop spent outside waiting on Ray (scheduling + storage)
+
+
+class StudyDriver:
+    """Runs one study to completion, pause or cancellation. Safe to start again at any time."""
+
+    def __init__(
+        self,
+        study_id: int,
+        *,
+        settings: Settings | None = None,
+        executor: RayExecutor | None = None,
+        store: TrialStore | None = None,
+        max_parallel: int | None = None,
+        poll_s: float = 0.2,
+        marker_dir: str | None = None,
+        on_progress: Callable[[dict[str, int]], None] | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.study_id = study_id
+        self.store = store or TrialStore(
+            self.settings.database_url, self.settings.optuna_storage_url
+        )
+        self.executor = executor or RayExecutor(self.settings)
+        self.max_parallel = max_parallel
+        self.poll_s = poll_s
+        self.marker_dir = marker_dir
+        self.on_progress = on_progress
+        self.owner = f"driver:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.store.migrate()
+        spec = self.store.repo.get_study_spec(study_id)
+        if spec is None:
+            raise KeyError(f"no study {study_id}")
+        self.spec = spec
+        self.objective, self.direction = sch.objective_of(self.spec.proxy)
+        self.optuna = _load_optuna(self.store, self.spec, study_id)
+        self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (trial id, attempt)
+        self._extra_planned = False
+        self._numbers: dict[int, int | None] = {}  # trial id -> Optuna number (for tell)
+
+    # ---------------------------------------------------------------- Optuna bookkeeping
+
+    def _tell(self, number: int | None, status: str, value: float | None) -> None:
+        if number is None:
+            return
+        if status == "COMPLETE" and value is not None:
+            self.optuna.tell(number, value, skip_if_finished=True)
+        elif status == "PRUNED":
+            self.optuna.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+        elif status in ("DIVERGED", "FAILED") or status == "COMPLETE":
+            self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+
+    def _reconcile(self) -> None:
+        """Tell Optuna about rows that ended while no driver watched; fail orphan asks."""
+        rows = self.store.repo.list_trials(self.study_id)
+        known = {r["optuna_number"] for r in rows if r["optuna_number"] is not None}
+        running = {
+            t.number
+            for t in self.optuna.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.RUNNING
+        }
+        for r in rows:
+            if r["optuna_number"] in running and r["status"] in _TERMINAL:
+                self._tell(r["optuna_number"], r["status"], r["value"])
+        for number in running - known:  # asked, then the driver died before inserting the row
+            self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+
+    def _grid_number(self, leased: LeasedTrial) -> int:
+        """Give a grid trial its Optuna trial (once; kept across attempts).
+
+        Enqueue-then-ask pins the point: the grid is ours, Optuna records it (params are the
+        trial's id and its axis values as user attributes, so optuna-dashboard can show them).
+        """
+        if leased.optuna_number is not None:
+            return int(leased.optuna_number)
+        params = {"trial_id": leased.id}
+        dist = {"trial_id": optuna.distributions.IntDistribution(0, 2**31 - 1)}
+        self.optuna.enqueue_trial(params, user_attrs={"normfree_trial": leased.id})
+        trial = self.optuna.ask(fixed_distributions=dist)
+        for k, v in leased.axis_values.items():
+            trial.set_user_attr(k, v)
+        self.store.repo.set_optuna_number(leased.id, trial.number)
+        return trial.number
+
+    # ---------------------------------------------------------------- search
+
+    def _search_asked(self) -> int:
+        return sum(
+            1
+            for t in self.optuna.get_trials(deepcopy=False)
+            if not t.user_attrs.get("normfree_orphan")
+        )
+
+    def _ask_search(self) -> bool:
+        """Ask Optuna for one more search point and insert its row. False: budget spent."""
+        n_trials = self.spec.n_trials or len(sch.search_functions(self.spec))
+        if self._search_asked() >= n_trials:
+            return False
+        trial = self.optuna.ask(fixed_distributions=sch.search_distributions(self.spec))
+        seed = sch.paired_seeds(self.spec)[0] if self.spec.seeds else 0
+        config = sch.config_from_params(self.spec, trial.params, seed)
+        existing = self.store.trial_by_key(self.study_id, config.key())
+        if existing is not None:
+            # The sampler proposed a point already trained: reuse its result, train nothing.
+            trial.set_user_attr("duplicate_of", existing["id"])
+            if existing["status"] in _TERMINAL:
+                self._tell(trial.number, existing["status"], existing["value"])
+            else:
+                self.optuna.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            return True
+        axes = {"function": trial.params[sch.P_NORM], "seed": seed}
+        axes.update({k: v for k, v in trial.params.items() if k != sch.P_NORM})
+        self.store.repo.add_trials(self.study_id, [(config, axes, trial.number)])
+        return True
+
+    def _plan_extra_seeds(self) -> int:
+        rows = self.store.repo.list_trials(self.study_id, status="COMPLETE")
+        finished = []
+        for r in rows:
+            if r["value"] is not None:
+                ax = r["axis_values"]
+                params = {sch.P_NORM: ax["function"]}
+                params.update({k: ax[k] for k in (sch.P_ALPHA0, sch.P_LR) if k in ax})
+                finished.append((params, float(r["value"])))
+        planned = sch.plan_extra_seeds(self.spec, finished, self.direction)
+        self._extra_planned = True
+        before = self.store.repo.study_progress(self.study_id)["total"]
+        self.store.repo.add_trials(self.study_id, [(p.config, p.axis_values) for p in planned])
+        return self.store.repo.study_progress(self.study_id)["total"] - before
+
+    # ---------------------------------------------------------------- the loop
+
+    def _job(self, leased: LeasedTrial) -> TrialJob:
+        prune = self.spec.kind == "search" and self.spec.pruner != "none"
+        number = leased.optuna_number
+        if self.spec.kind != "search":
+            number = self._grid_number(leased)
+        self._numbers[leased.id] = number
+        return TrialJob(
+            trial_id=leased.id,
+            study_id=self.study_id,
+            config_json=leased.config.model_dump_json(),
+            attempt=leased.attempt,
+            owner=self.owner,
+            database_url=self.store.url,
+            lease_seconds=self.settings.lease_seconds,
+            threads=self.settings.trial_threads,
+            optuna_storage_url=self.store.optuna_url if prune and number is not None else None,
+            optuna_study_name=optuna_study_name(self.study_id)
+            if prune and number is not None
+            else None,
+            optuna_number=number if prune else None,
+            objective=self.objective,
+            marker_dir=self.marker_dir,
+        )
+
+    def _collect(self, ref: Any, summary: DriverSummary) -> None:
+        trial_id, attempt = self._inflight.pop(ref)
+        try:
+            outcome: JobOutcome = self.executor.get(ref)
+        except Exception as exc:  # worker killed, node lost, exception in the trainer
+            reason = f"attempt {attempt}: {type(exc).__name__}: {str(exc).strip()[:1500]}"
+            self.store.repo.fail_trial(trial_id, self.owner, attempt, reason, retry=True)
+            row = self.store.repo.get_trial(trial_id)
+            assert row is not None
+            if row["status"] == "WAITING":
+                summary.retried += 1
+            elif row["status"] in _TERMINAL:
+                self._tell(row["optuna_number"], row["status"], row["value"])
+            return
+        if outcome.status in _TERMINAL:
+            number = self._numbers.get(trial_id)
+            self._tell(number, outcome.status, outcome.value)
+
+    def _progress(self) -> dict[str, int]:
+        counts = self.store.repo.study_progress(self.study_id)["counts"]
+        if self.on_progress is not None:
+            self.on_progress(counts)
+        return counts
+
+    def run(self, *, max_trials: int | None = None) -> DriverSummary:
+        """Run until every trial is final, or the study is paused/cancelled.
+
+        ``max_trials`` stops dispatching after that many trials (benchmarks, tests).
+        """
+        t0 = time.perf_counter()
+        waited = 0.0
+        summary = DriverSummary(self.study_id, "running")
+        status = self.store.study_status(self.study_id)
+        if status in ("cancelled", "complete"):
+            summary.status = status
+            summary.counts = self._progress()
+            return summary
+        if status != "paused":
+            self.store.repo.set_study_status(self.study_id, "running")
+        self.executor.start()
+        slots = self.max_parallel or self.executor.slots()
+        self._reconcile()
+        last_requeue = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now - last_requeue > min(5.0, self.settings.lease_seconds / 3):
+                    summary.requeued_expired += len(
+                        self.store.repo.requeue_expired(max_attempts=self.settings.max_attempts)
+                    )
+                    last_requeue = now
+                status = self.store.study_status(self.study_id)
+                stopping = status in ("paused", "cancelled")
+                budget_left = max_trials is None or summary.dispatched < max_trials
+                while not stopping and budget_left and len(self._inflight) < slots:
+                    leased = self.store.repo.lease_next(
+                        self.study_id, self.owner, self.settings.lease_seconds
+                    )
+                    if leased is None and self.spec.kind == "search" and self._ask_search():
+                        continue
+                    if leased is None:
+                        break
+                    job = self._job(leased)
+                    self._inflight[self.executor.submit(job)] = (job.trial_id, job.attempt)
+                    summary.dispatched += 1
+                    budget_left = max_trials is None or summary.dispatched < max_trials
+                if not self._inflight:
+                    if stopping or not budget_left:
+                        break
+                    counts = self._progress()
+                    if (
+                        self.spec.kind == "search"
+                        and not self._extra_planned
+                        and counts.get("WAITING", 0) + counts.get("RUNNING", 0) == 0
+                        and self._plan_extra_seeds()
+                    ):
+                        continue
+                    if counts.get("RUNNING", 0) == 0 and counts.get("WAITING", 0) == 0:
+                        break
+                    # RUNNING rows owned by a dead driver: wait for their leases to expire.
+                    w0 = time.perf_counter()
+                    time.sleep(min(1.0, self.settings.lease_seconds / 4))
+                    waited += time.perf_counter() - w0
+                    last_requeue = 0.0
+                    continue
+                w0 = time.perf_counter()
+                done, _ = self.executor.wait(list(self._inflight), timeout=self.poll_s)
+                waited += time.perf_counter() - w0
+                for ref in done:
+                    self._collect(ref, summary)
+                if done:
+                    self._progress()
+        finally:
+            # Leave nothing leased to this driver if we stop early (KeyboardInterrupt, error).
+            for ref in list(self._inflight):
+                self.executor.cancel(ref)
+        counts = self._progress()
+        status = self.store.study_status(self.study_id)
+        open_ = counts.get("WAITING", 0) + counts.get("RUNNING", 0)
+        if status == "running" and open_ == 0 and (max_trials is None or budget_left):
+            status = "complete"
+            self.store.repo.set_study_status(self.study_id, status)
+        summary.status = status
+        summary.counts = counts
+        summary.wall_s = time.perf_counter() - t0
+        summary.overhead_s = summary.wall_s - waited
+        return summary

@@ -1,0 +1,415 @@
+"""Running one leased trial on Ray: the task, its heartbeats, and the embedded cluster.
+
+The contract between the driver and a task is a :class:`TrialJob` (plain data: it crosses a
+process boundary) and a :class:`JobOutcome` back. Everything durable goes through storage, never
+through Ray: the task writes its epochs and its result itself, naming the lease it holds, so a
+result is written exactly once even when a driver dies, a task is retried, or two processes race.
+
+Why normfree owns retries, not Ray: Ray would rerun a crashed task with no idea that a database
+row says who owns that trial; a retried run could then write beside a zombie. So every task runs
+with ``max_retries=0``; a failure reaches the driver (or, when the driver died too, a lease that
+stops being renewed) and the driver requeues the trial with ``attempt + 1``, up to
+``settings.max_attempts``, then marks it FAILED with the reason.
+
+Inside the task (:func:`run_trial_job`), one callback runs at every epoch report:
+
+1. record the epoch (learning curve and per-layer diagnostics) for the live dashboard;
+2. renew the lease (a background thread renews it too, so a long epoch does not lose it);
+3. relay the objective to Optuna (``trial.report``) and ask ``should_prune``: the worker asks
+   Optuna's storage itself, so the decision is made on the latest values of every other trial and
+   reaches the running trial with zero delay (the driver never sits in this path);
+4. read the study's status: paused or cancelled stops the trial at this report.
+
+Returning True from the callback makes ``train_trial`` stop and return ``status="pruned"``; the
+task then writes PRUNED (Optuna), hands the trial back to WAITING (pause: no attempt is charged),
+or leaves it to the driver (cancel, lease lost).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from normfree.settings import Settings, get_settings
+from normfree.specs import EpochRecord, TrialConfig
+
+__all__ = ["JobOutcome", "RayExecutor", "TrialJob", "run_trial_job"]
+
+StopReason = Literal["pruned", "paused", "cancelled", "lease_lost"]
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything a worker process needs to run one leased trial (plain, picklable data).
+
+    The database URL travels here: each worker builds its own engine (engines do not survive a
+    fork or a pickle), so a task runs the same on the local machine and on a remote Ray node.
+    """
+
+    trial_id: int
+    study_id: int
+    config_json: str
+    attempt: int
+    owner: str
+    database_url: str
+    lease_seconds: float
+    threads: int = 1
+    # Optuna relay: set for searches with a pruner (grid studies never prune).
+    optuna_storage_url: str | None = None
+    optuna_study_name: str | None = None
+    optuna_number: int | None = None
+    objective: str | None = None
+    # When set, the task writes ``<marker_dir>/trial-<id>.pid`` (its worker's PID) on start:
+    # operators (and the fault tests) can see which OS process runs which trial.
+    marker_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a task tells the driver. The row in storage is the truth; this is a summary."""
+
+    trial_id: int
+    attempt: int
+    status: str  # COMPLETE | DIVERGED | PRUNED | FAILED | WAITING (paused) | LOST | CANCELLED
+    written: bool  # whether this task's result write took effect (False: not the lease owner)
+    value: float | None = None
+    stop: StopReason | None = None
+    worker: str | None = None
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class TrialStore:
+    """The engine's handle on storage: the shared ``Repository`` plus Optuna's storage.
+
+    Also the two writes the engine needs that ``Repository`` does not offer (kept here, small,
+    and reported to the storage owner): handing a paused trial back without charging an attempt,
+    and marking a trial CANCELLED when its study is cancelled while it runs.
+    """
+
+    def __init__(self, database_url: str, optuna_url: str | None = None) -> None:
+        from types import SimpleNamespace
+
+        from normfree.storage import Database, Repository, optuna_storage_url
+
+        self.db = Database(database_url)
+        self.url = self.db.url
+        self.repo = Repository(self.db)
+        self.optuna_url = optuna_storage_url(
+            SimpleNamespace(database_url=self.url, optuna_storage_url=optuna_url)
+        )
+        self._optuna: Any = None
+
+    def migrate(self) -> None:
+        """Bring both schemas up (idempotent): ours through Alembic, Optuna's on first use."""
+        from normfree.storage import ensure_database
+
+        ensure_database(self.url)
+        self.db.migrate()
+        self.optuna_storage()
+
+    def optuna_storage(self) -> Any:
+        """Optuna's RDB storage (one engine per process), created on first use."""
+        if self._optuna is None:
+            import optuna
+
+            from normfree.storage import ensure_database
+
+            ensure_database(self.optuna_url)
+            kwargs: dict[str, Any] = {}
+            if self.optuna_url.startswith("sqlite"):
+                # Several processes report to it; wait for the lock instead of failing.
+                kwargs = {"connect_args": {"timeout": 30}}
+            else:
+                kwargs = {"pool_pre_ping": True}
+            self._optuna = optuna.storages.RDBStorage(self.optuna_url, engine_kwargs=kwargs)
+        return self._optuna
+
+    def study_status(self, study_id: int) -> str:
+        study = self.repo.get_study(study_id)
+        if study is None:
+            raise KeyError(f"no study {study_id}")
+        return str(study["status"])
+
+    def trial_by_key(self, study_id: int, key: str) -> dict[str, Any] | None:
+        from sqlalchemy import select
+
+        from normfree.storage.models import TrialRow
+
+        with self.db.session(readonly=True) as s:
+            tid = s.scalar(
+                select(TrialRow.id).where(TrialRow.study_id == study_id, TrialRow.trial_key == key)
+            )
+        return self.repo.get_trial(tid) if tid is not None else None
+
+    def _held_update(self, trial_id: int, owner: str, attempt: int, **values: Any) -> bool:
+        from sqlalchemy import update
+
+        from normfree.storage.models import TrialRow, utcnow
+
+        with self.db.session() as s:
+            res = s.execute(
+                update(TrialRow)
+                .where(
+                    TrialRow.id == trial_id,
+                    TrialRow.status == "RUNNING",
+                    TrialRow.lease_owner == owner,
+                    TrialRow.attempt == attempt,
+                )
+                .values(lease_expires_at=None, updated_at=utcnow(), **values)
+            )
+            return res.rowcount == 1
+
+    def release(self, trial_id: int, owner: str, attempt: int) -> bool:
+        """Give a leased trial back to WAITING, uncharged (the study was paused under it)."""
+        from normfree.storage.models import TrialRow
+
+        return self._held_update(
+            trial_id,
+            owner,
+            attempt,
+            status="WAITING",
+            lease_owner=None,
+            attempt=TrialRow.attempt - 1,
+        )
+
+    def cancel_running(self, trial_id: int, owner: str, attempt: int) -> bool:
+        """Stop a leased trial for good: CANCELLED, like the WAITING trials of its study."""
+        from normfree.storage.models import utcnow
+
+        return self._held_update(
+            trial_id,
+            owner,
+            attempt,
+            status="CANCELLED",
+            error="study cancelled",
+            finished_at=utcnow(),
+        )
+
+
+# One store per database URL per worker process: Ray reuses worker processes across tasks,
+# and building engines per task would cost connection handshakes each time.
+_STORES: dict[tuple[str, str | None], TrialStore] = {}
+
+
+def _store(url: str, optuna_url: str | None = None) -> TrialStore:
+    if (url, optuna_url) not in _STORES:
+        _STORES[(url, optuna_url)] = TrialStore(url, optuna_url)
+    return _STORES[(url, optuna_url)]
+
+
+class _OptunaRelay:
+    """Reports a running trial's objective to Optuna and asks its pruner, from the worker."""
+
+    def __init__(self, job: TrialJob, store: TrialStore) -> None:
+        import optuna
+
+        assert job.optuna_study_name is not None and job.optuna_number is not None
+        storage = store.optuna_storage()
+        self.study = optuna.load_study(study_name=job.optuna_study_name, storage=storage)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(
+            self.study._study_id, job.optuna_number
+        )
+        self.trial = optuna.trial.Trial(self.study, trial_id)
+        self.objective = job.objective
+
+    def should_prune(self, record: EpochRecord) -> bool:
+        value = record.metrics.get(self.objective or "")
+        if value is None and self.objective == "val_loss":
+            value = record.val_loss
+        if value is None:
+            return False
+        self.trial.report(float(value), step=record.epoch)
+        return bool(self.trial.should_prune())
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_trial_job(job: TrialJob) -> JobOutcome:
+    """Run one leased trial to its end and write the result under the lease. Pure Python.
+
+    The Ray task is a thin wrapper around this function, so tests and benchmarks can also call it
+    in-process. Exceptions from the trainer propagate: the driver turns them into a retry.
+    """
+    import torch
+
+    from normfree.workers.trainer import train_trial
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(max(1, job.threads))
+    if job.marker_dir:
+        Path(job.marker_dir).mkdir(parents=True, exist_ok=True)
+        (Path(job.marker_dir) / f"trial-{job.trial_id}.pid").write_text(str(os.getpid()))
+    store = _store(job.database_url, job.optuna_storage_url)
+    repo = store.repo
+    config = TrialConfig.model_validate_json(job.config_json)
+    relay = None
+    if job.optuna_study_name and job.optuna_number is not None:
+        relay = _OptunaRelay(job, store)
+    stop: list[StopReason] = []
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        # Renew at a third of the lease: two renewals may be lost before the lease lapses.
+        while not done.wait(job.lease_seconds / 3):
+            if not repo.renew_lease(job.trial_id, job.owner, job.attempt, job.lease_seconds):
+                if not stop:
+                    stop.append("lease_lost")
+                return
+
+    beat = threading.Thread(target=heartbeat, name=f"lease-{job.trial_id}", daemon=True)
+    beat.start()
+
+    def report(record: EpochRecord) -> bool:
+        if stop:
+            return True
+        # One transaction: the curve point and a lease renewal (a free heartbeat).
+        held = repo.record_epoch(
+            job.trial_id, job.owner, job.attempt, record, lease_seconds=job.lease_seconds
+        )
+        if not held:
+            stop.append("lease_lost")
+            return True
+        status = store.study_status(job.study_id)
+        if status in ("paused", "cancelled"):
+            stop.append(status)  # type: ignore[arg-type]
+            return True
+        if relay is not None and relay.should_prune(record):
+            stop.append("pruned")
+            return True
+        return False
+
+    try:
+        result = train_trial(config, report)
+    finally:
+        done.set()
+    beat.join(timeout=5)
+    reason = stop[0] if stop else None
+    worker = worker_name()
+    result = result.model_copy(update={"attempt": job.attempt, "worker": worker})
+
+    def outcome(status: str, ok: bool, value: float | None = None) -> JobOutcome:
+        wall = time.perf_counter() - t0
+        return JobOutcome(job.trial_id, job.attempt, status, ok, value, reason, worker, wall)
+
+    if reason == "paused":
+        return outcome("WAITING", store.release(job.trial_id, job.owner, job.attempt))
+    if reason == "cancelled":
+        return outcome("CANCELLED", store.cancel_running(job.trial_id, job.owner, job.attempt))
+    if reason == "lease_lost":  # someone else owns this trial now: write nothing
+        return outcome("LOST", False)
+    ok = repo.finish_trial(job.trial_id, job.owner, job.attempt, result)
+    return outcome(result.status.upper(), ok, result.value)
+
+
+def _remote_body(job: TrialJob) -> JobOutcome:
+    try:
+        return run_trial_job(job)
+    except Exception as exc:  # keep the traceback text: Ray's wrapper loses the local frames
+        raise RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}") from None
+
+
+class RayExecutor:
+    """Submits trial jobs as Ray tasks, starting an embedded local Ray when none is given.
+
+    ``settings.ray_address`` set: join that cluster (the trials run wherever Ray places them).
+    Unset: start a private local cluster (``address="local"``, so a stale cluster file cannot make
+    us join a dead cluster), capped object store, no dashboard (it costs ~1 GB). Only a cluster
+    this object started is shut down by it; never ``ray stop``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        num_cpus: int | None = None,
+        log_to_driver: bool = False,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.num_cpus = num_cpus
+        self.log_to_driver = log_to_driver
+        self.owns_cluster = False
+        self._remote: Any = None
+
+    def start(self) -> RayExecutor:
+        import ray
+
+        if not ray.is_initialized():
+            env = {"env_vars": {"OMP_NUM_THREADS": str(self.settings.trial_threads)}}
+            if self.settings.ray_address:
+                ray.init(
+                    address=self.settings.ray_address,
+                    log_to_driver=self.log_to_driver,
+                    runtime_env=env,
+                )
+            else:
+                ray.init(
+                    address="local",
+                    num_cpus=self.num_cpus or os.cpu_count() or 1,
+                    num_gpus=0 if not self.settings.trial_gpus else None,
+                    object_store_memory=self.settings.ray_object_store_bytes,
+                    include_dashboard=False,
+                    log_to_driver=self.log_to_driver,
+                    runtime_env=env,
+                )
+                self.owns_cluster = True
+        self._remote = ray.remote(max_retries=0)(_remote_body).options(
+            num_cpus=self.settings.trial_cpus,
+            num_gpus=self.settings.trial_gpus,
+            max_retries=0,
+            retry_exceptions=False,
+        )
+        return self
+
+    def slots(self) -> int:
+        """How many trials fit side by side on the cluster's current resources."""
+        import ray
+
+        res = ray.cluster_resources()
+        by_cpu = int(res.get("CPU", 1) // max(self.settings.trial_cpus, 1e-9))
+        if self.settings.trial_gpus:
+            by_cpu = min(by_cpu, int(res.get("GPU", 0) // self.settings.trial_gpus))
+        return max(1, by_cpu)
+
+    def submit(self, job: TrialJob) -> Any:
+        if self._remote is None:
+            self.start()
+        return self._remote.remote(job)
+
+    @staticmethod
+    def wait(refs: list[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+        import ray
+
+        if not refs:
+            return [], []
+        return ray.wait(refs, num_returns=1, timeout=timeout)
+
+    @staticmethod
+    def get(ref: Any) -> JobOutcome:
+        import ray
+
+        return ray.get(ref)
+
+    @staticmethod
+    def cancel(ref: Any) -> None:
+        import ray
+
+        ray.cancel(ref, force=True)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.owns_cluster and ray.is_initialized():
+            ray.shutdown()
+        self.owns_cluster = False
+        self._remote = None

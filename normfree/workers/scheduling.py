@@ -1,0 +1,305 @@
+"""From a ``StudySpec`` to trials: grids, option crosses, and the Optuna side of a search.
+
+Three study kinds are scheduled here (``generate`` has its own module):
+
+- **property**: base functions x transform values x seeds. Every cell runs. Seeds are *paired*:
+  seed ``i`` is the same integer in every cell (and in the reference baselines), so two cells can
+  be compared seed by seed, which removes the between-seed variance from their difference.
+- **options**: functions x every combination of option values (LayerScale init, depth-scaled
+  init, alpha0, shift ...) x paired seeds. Options that belong to the norm (``alpha0``, ``shift``,
+  ``affine``) go into the ``NormSpec``; every other option is a proxy-config override.
+- **search**: an Optuna sampler (TPE by default, or random) picks a catalog candidate (and
+  optionally alpha0 and the learning rate) per trial; a pruner (successive halving, hyperband or
+  median) stops poor trials on the per-epoch validation metric. The best few arms then get extra
+  seeds before anything is ranked.
+
+The grid kinds are enumerated here up front (they are small and must all run); Optuna still holds
+one trial per run so ``optuna-dashboard`` shows every study, see :mod:`normfree.workers.driver`.
+Nothing here touches a database or Ray: it is pure and tested directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+
+from normfree.specs import BASELINES, NormSpec, Scalar, StudySpec, TrialConfig
+
+__all__ = [
+    "NORM_OPTIONS",
+    "PlannedTrial",
+    "arm_label",
+    "config_from_params",
+    "format_value",
+    "make_pruner",
+    "make_sampler",
+    "objective_of",
+    "option_combinations",
+    "paired_seeds",
+    "plan_extra_seeds",
+    "plan_grid",
+    "search_distributions",
+    "search_functions",
+    "transform_call",
+]
+
+# Options that configure the norm itself (NormSpec fields); all others override the proxy config.
+NORM_OPTIONS = ("shift", "alpha0", "affine")
+# How people spell "no LayerScale" on the command line; the proxies read 0.0 as off.
+_OFF = ("off", "none", "no", "false")
+# Parameter names inside the Optuna study of a search.
+P_NORM, P_ALPHA0, P_LR = "norm", "alpha0", "lr"
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    """One run a study wants: its config and the axis values a plot or leaderboard groups by.
+
+    ``role`` says why it exists: a grid ``cell``, a reference ``baseline``, a ``search`` trial
+    asked from Optuna, or an ``extra_seed`` rerun of a search's best arm.
+    """
+
+    config: TrialConfig
+    axis_values: dict[str, Any] = field(default_factory=dict)
+    role: Literal["cell", "baseline", "search", "extra_seed"] = "cell"
+
+
+def format_value(value: float) -> str:
+    """A transform parameter as short positional text (``0.5``, ``-2``, ``0.00001``): no exponent
+    notation, because the expression language parses plain decimals."""
+    return np.format_float_positional(float(value), trim="-")
+
+
+def transform_call(transform: str, function: str, value: float) -> str:
+    """The catalog spelling of a transformed candidate: ``shift_h(erf, 0.5)``."""
+    return f"{transform}({function}, {format_value(value)})"
+
+
+def paired_seeds(spec: StudySpec) -> list[int]:
+    """Seeds ``seed0 .. seed0+seeds-1``: the same list for every cell of a study (paired)."""
+    seed0 = int(spec.params.get("seed0", 0))
+    return [seed0 + i for i in range(spec.seeds)]
+
+
+def _base_config(spec: StudySpec) -> dict[str, Any]:
+    """The TrialConfig fields a study fixes for all its trials (from ``spec.params``)."""
+    p = spec.params
+    overrides = dict(p.get("overrides", {}))
+    return {
+        "proxy": spec.proxy,
+        "overrides": overrides,
+        "dataset": p.get("dataset"),
+        "epochs": spec.epochs,
+        "lr": p.get("lr"),
+        "weight_decay": p.get("weight_decay"),
+        "warmup_epochs": p.get("warmup_epochs"),
+    }
+
+
+def _norm(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
+    base: dict[str, Any] = {"shift": spec.norm_shift}
+    if "affine" in spec.params:
+        base["affine"] = bool(spec.params["affine"])
+    base.update(opts)
+    if name in BASELINES:  # options of a pointwise norm mean nothing to a baseline
+        base = {k: v for k, v in base.items() if k == "affine"}
+    return NormSpec(name=name, **base)
+
+
+def _option_value(name: str, value: Scalar) -> Scalar:
+    if name == "layerscale_init" and isinstance(value, str) and value.lower() in _OFF:
+        return 0.0
+    return value
+
+
+def option_combinations(options: dict[str, list[Scalar]]) -> list[dict[str, Scalar]]:
+    """The cross product of option values, in a stable order (option names sorted)."""
+    names = sorted(options)
+    if not names:
+        return [{}]
+    return [
+        {n: _option_value(n, v) for n, v in zip(names, combo, strict=True)}
+        for combo in itertools.product(*(options[n] for n in names))
+    ]
+
+
+def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
+    """Every trial of a property or options study, baselines included, cell-major order.
+
+    Ordering puts seed 0 of every cell first, so a study stopped half way has one complete seed of
+    every cell rather than all seeds of a few cells.
+    """
+    if spec.kind not in ("property", "options"):
+        raise ValueError(f"plan_grid schedules property and options studies, not {spec.kind!r}")
+    if not spec.functions:
+        raise ValueError("a property or options study needs at least one function")
+    base = _base_config(spec)
+    cells: list[tuple[NormSpec, dict[str, Scalar], dict[str, Any], str]] = []
+    if spec.kind == "property":
+        if not spec.transform or not spec.values:
+            raise ValueError("a property study needs a transform and its values")
+        for fn in spec.functions:
+            for v in spec.values:
+                norm = _norm(transform_call(spec.transform, fn, v), spec)
+                cells.append((norm, {}, {"function": fn, spec.transform: float(v)}, "cell"))
+        combos: list[dict[str, Scalar]] = [{}]
+    else:
+        combos = option_combinations(spec.options)
+        for fn in spec.functions:
+            for combo in combos:
+                norm_opts = {k: v for k, v in combo.items() if k in NORM_OPTIONS}
+                overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
+                cells.append(
+                    (_norm(fn, spec, **norm_opts), overrides, {"function": fn, **combo}, "cell")
+                )
+    for b in spec.baselines:
+        # A baseline sits beside every option combination that changes the model around it.
+        for combo in combos:
+            overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
+            axes = {"function": b, "baseline": True, **overrides}
+            cells.append((_norm(b, spec), overrides, axes, "baseline"))
+    planned: list[PlannedTrial] = []
+    seen: set[str] = set()
+    for seed in paired_seeds(spec):
+        for norm, overrides, axes, role in cells:
+            cfg = TrialConfig(
+                **{**base, "overrides": {**base["overrides"], **overrides}},
+                norm=norm,
+                seed=seed,
+            )
+            if cfg.key() in seen:  # e.g. a baseline listed twice: never train a config twice
+                continue
+            seen.add(cfg.key())
+            planned.append(PlannedTrial(cfg, {**axes, "seed": seed}, role))  # type: ignore[arg-type]
+    return planned
+
+
+# ---------------------------------------------------------------------------------- search
+
+
+def search_functions(spec: StudySpec) -> list[str]:
+    """The candidates a search chooses among: the spec's list, or the whole catalog."""
+    if spec.functions:
+        return list(dict.fromkeys(spec.functions))
+    from normfree.search_space import catalog
+
+    return [c.name for c in catalog.all() if c.name not in BASELINES]
+
+
+def search_distributions(spec: StudySpec) -> dict[str, optuna.distributions.BaseDistribution]:
+    """Optuna's search space: a categorical over candidates, plus optional alpha0 / lr ranges.
+
+    ``spec.params["alpha0_range"] = [lo, hi]`` and ``spec.params["lr_range"] = [lo, hi]`` turn the
+    extra dimensions on (both log-uniform: they act multiplicatively).
+    """
+    dists: dict[str, optuna.distributions.BaseDistribution] = {
+        P_NORM: optuna.distributions.CategoricalDistribution(search_functions(spec))
+    }
+    if rng := spec.params.get("alpha0_range"):
+        dists[P_ALPHA0] = optuna.distributions.FloatDistribution(*map(float, rng), log=True)
+    if rng := spec.params.get("lr_range"):
+        dists[P_LR] = optuna.distributions.FloatDistribution(*map(float, rng), log=True)
+    return dists
+
+
+def config_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> TrialConfig:
+    """The TrialConfig of one search point (Optuna params) at one seed."""
+    base = _base_config(spec)
+    if P_LR in params:
+        base["lr"] = float(params[P_LR])
+    opts = {"alpha0": float(params[P_ALPHA0])} if P_ALPHA0 in params else {}
+    return TrialConfig(**base, norm=_norm(str(params[P_NORM]), spec, **opts), seed=seed)
+
+
+def arm_label(params: dict[str, Any]) -> str:
+    """A short readable name for a search arm: ``erf`` or ``erf alpha0=0.3 lr=0.002``."""
+    extra = " ".join(f"{k}={params[k]:.3g}" for k in (P_ALPHA0, P_LR) if k in params)
+    return f"{params[P_NORM]} {extra}".strip()
+
+
+def plan_extra_seeds(
+    spec: StudySpec, finished: list[tuple[dict[str, Any], float]], direction: str
+) -> list[PlannedTrial]:
+    """Extra seeds for the ``spec.extra_seeds_for_top`` best arms of a search.
+
+    ``finished`` holds (params, objective value) of the search's completed trials. One lucky seed
+    should not crown a function: the top arms are rerun on seeds 1..k (the search used seed0) so
+    the leaderboard ranks them on means with a confidence interval.
+    """
+    k = spec.extra_seeds_for_top
+    if k <= 0 or not finished:
+        return []
+    n_top = int(spec.params.get("top_arms", 3))
+    best: dict[str, tuple[dict[str, Any], float]] = {}
+    sign = -1.0 if direction == "maximize" else 1.0
+    for params, value in finished:
+        label = arm_label(params)
+        if label not in best or sign * value < sign * best[label][1]:
+            best[label] = (params, value)
+    ranked = sorted(best.values(), key=lambda pv: sign * pv[1])[:n_top]
+    seed0 = int(spec.params.get("seed0", 0))
+    out = []
+    for params, _ in ranked:
+        for i in range(1, k + 1):
+            cfg = config_from_params(spec, params, seed0 + i)
+            out.append(
+                PlannedTrial(
+                    cfg,
+                    {
+                        "function": params[P_NORM],
+                        "seed": seed0 + i,
+                        **{k2: v for k2, v in params.items() if k2 != P_NORM},
+                    },
+                    "extra_seed",
+                )
+            )
+    return out
+
+
+def make_sampler(spec: StudySpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The study's sampler. Grid kinds enqueue their own points, so any sampler serves them;
+    random keeps that cheap. TPE starts from a few random trials (``n_startup``, default 5)."""
+    seed = int(spec.params.get("sampler_seed", 0)) if seed is None else seed
+    if spec.kind == "search" and spec.sampler == "tpe":
+        n_startup = int(spec.params.get("n_startup_trials", 5))
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """The study's pruner, in units of epochs (the step of every intermediate report).
+
+    Successive halving keeps the best 1/reduction_factor at each rung (epochs 1, rf, rf^2, ...);
+    hyperband runs several such brackets with different starting rungs; median stops a trial
+    below the median of earlier trials at the same epoch. Grid studies never prune.
+    """
+    if spec.kind != "search" or spec.pruner == "none":
+        return optuna.pruners.NopPruner()
+    rf = int(spec.params.get("reduction_factor", 3))
+    min_resource = int(spec.params.get("min_resource", 1))
+    if spec.pruner == "sha":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=min_resource, reduction_factor=rf
+        )
+    if spec.pruner == "hyperband":
+        max_resource: int | str = spec.epochs if spec.epochs else "auto"
+        return optuna.pruners.HyperbandPruner(
+            min_resource=min_resource, max_resource=max_resource, reduction_factor=rf
+        )
+    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=min_resource)
+
+
+def objective_of(proxy: str) -> tuple[str, Literal["maximize", "minimize"]]:
+    """The proxy's primary metric and its direction (what searches optimise and prune on)."""
+    from normfree.workers.proxies import PROXIES
+
+    preset = PROXIES[proxy]
+    name = getattr(preset, "objective", None)
+    direction = getattr(preset, "direction", None)
+    if name is None:  # presets that do not say: classifiers maximise accuracy
+        name, direction = ("val_acc", "maximize") if "vit" in proxy else ("val_loss", "minimize")
+    return str(name), direction or "maximize"

@@ -1,0 +1,534 @@
+"""The repository contract: one suite, run against SQLite and PostgreSQL (``repo`` fixture)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from normfree.specs import (
+    EpochRecord,
+    LayerDiagnostic,
+    NormSpec,
+    StudySpec,
+    TrialConfig,
+    TrialResult,
+)
+from normfree.storage import Repository
+from normfree.storage.models import utcnow
+
+PROXY = "vit-tiny"
+
+
+def cfg(norm: str, seed: int = 0, **kw: object) -> TrialConfig:
+    return TrialConfig(proxy=PROXY, norm=NormSpec(name=norm), seed=seed, **kw)  # type: ignore[arg-type]
+
+
+def study(repo: Repository, **kw: object) -> int:
+    return repo.create_study(StudySpec(kind="property", proxy=PROXY, **kw))  # type: ignore[arg-type]
+
+
+def epoch(i: int, loss: float = 1.0) -> EpochRecord:
+    return EpochRecord(epoch=i, step=10 * (i + 1), train_loss=loss, lr=1e-3, wall_time_s=0.5 * i)
+
+
+def complete(value: float, **kw: object) -> TrialResult:
+    return TrialResult(
+        status="complete",
+        metrics={"val_acc": value},
+        objective="val_acc",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def run_all(repo: Repository, sid: int, outcome: Callable[[TrialConfig], TrialResult]) -> None:
+    """Lease every WAITING trial of the study and finish it with ``outcome(config)``."""
+    while (lease := repo.lease_next(sid, "runner", 60)) is not None:
+        assert repo.finish_trial(lease.id, "runner", lease.attempt, outcome(lease.config))
+
+
+# -- candidates --------------------------------------------------------------------------------
+
+
+class _PydCandidate(BaseModel):
+    name: str
+    formula: str
+    canonical: str
+    fingerprint: str
+    properties: dict[str, bool]
+    lineage: list[str]
+    group: str
+    citation: str | None = None
+
+
+def test_candidate_upsert_get_list(repo: Repository) -> None:
+    first = repo.upsert_candidate(
+        {"name": "erf", "formula": "erf(u)", "group": "sigmoid", "properties": {"odd": True}},
+        submitter="alice",
+    )
+    again = repo.upsert_candidate(
+        {"name": "erf", "formula": "erf(u)", "group": "sigmoid", "properties": {"odd": False}}
+    )
+    assert first == again
+    got = repo.get_candidate("erf")
+    assert got is not None
+    assert got["properties"] == {"odd": False}  # updated
+    assert got["submitter"] == "alice"  # kept: the second call named no submitter
+    repo.upsert_candidate(
+        _PydCandidate(
+            name="shift_h(tanh, 0.5)",
+            formula="tanh(u - 0.5)",
+            canonical="tanh(u - 1/2)",
+            fingerprint="abc123",
+            properties={"odd": False},
+            lineage=["tanh", "shift_h(0.5)"],
+            group="sigmoid",
+        ),
+        submitter="bob",
+    )
+    assert repo.get_candidate("shift_h(tanh, 0.5)")["lineage"] == ["tanh", "shift_h(0.5)"]  # type: ignore[index]
+    assert [c["name"] for c in repo.list_candidates(group="sigmoid")] == [
+        "erf",
+        "shift_h(tanh, 0.5)",
+    ]
+    assert [c["name"] for c in repo.list_candidates(properties={"odd": False})] == [
+        "erf",
+        "shift_h(tanh, 0.5)",
+    ]
+    assert [c["name"] for c in repo.list_candidates(submitter="bob")] == ["shift_h(tanh, 0.5)"]
+    assert [c["name"] for c in repo.list_candidates(fingerprint="abc123")] == ["shift_h(tanh, 0.5)"]
+    assert [c["name"] for c in repo.list_candidates(name_contains="h(t")] == ["shift_h(tanh, 0.5)"]
+    assert repo.get_candidate("nope") is None
+    with pytest.raises(ValueError):
+        repo.upsert_candidate({"formula": "u"})
+
+
+def test_candidate_from_search_space(repo: Repository) -> None:
+    search_space = pytest.importorskip("normfree.search_space")
+    if not hasattr(search_space, "catalog"):
+        pytest.skip("normfree.search_space.catalog not built yet")
+    try:
+        cand = search_space.catalog.get("erf")
+        _ = (cand.properties, cand.lineage, cand.canonical, cand.fingerprint)
+    except (ImportError, AttributeError) as exc:  # the search_space layer is still being built
+        pytest.skip(f"search_space incomplete: {exc}")
+    repo.upsert_candidate(cand, submitter="catalog")
+    got = repo.get_candidate("erf")
+    assert got is not None
+    assert got["canonical"] == str(cand.canonical)
+    assert got["fingerprint"] == str(cand.fingerprint)
+
+
+# -- studies -----------------------------------------------------------------------------------
+
+
+def test_study_crud_and_status(repo: Repository) -> None:
+    sid = study(repo, name="shift erf", functions=["erf"], transform="shift_h", values=[0, 0.5])
+    s = repo.get_study(sid)
+    assert s is not None
+    assert (s["kind"], s["name"], s["status"], s["proxy"]) == (
+        "property",
+        "shift erf",
+        "pending",
+        PROXY,
+    )
+    assert s["optuna_study_name"] == f"normfree-study-{sid}"
+    assert repo.get_study_spec(sid) == StudySpec(
+        kind="property",
+        name="shift erf",
+        proxy=PROXY,
+        functions=["erf"],
+        transform="shift_h",
+        values=[0, 0.5],
+    )
+    sid2 = study(repo)
+    assert [x["id"] for x in repo.list_studies()] == [sid2, sid]
+    repo.set_study_status(sid, "running")
+    assert [x["id"] for x in repo.list_studies(status="running")] == [sid]
+    with pytest.raises(ValueError):
+        repo.set_study_status(sid, "exploded")
+    with pytest.raises(KeyError):
+        repo.set_study_status(10_000, "running")
+    assert repo.get_study(10_000) is None
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def test_add_trials_is_idempotent(repo: Repository) -> None:
+    sid = study(repo)
+    items = [(cfg(n, s), {"f": n, "seed": s}, None) for n in ("erf", "tanh") for s in range(3)]
+    ids = repo.add_trials(sid, items)
+    assert len(set(ids)) == 6
+    # the same configs again (and bare configs, and a late Optuna number): same ids, no new rows
+    assert repo.add_trials(sid, list(reversed(items))) == list(reversed(ids))
+    assert repo.add_trials(sid, [cfg("erf", 0), (cfg("tanh", 2), None, 7)]) == [ids[0], ids[5]]
+    assert len(repo.list_trials(sid)) == 6
+    assert repo.get_trial(ids[5])["optuna_number"] == 7  # type: ignore[index]
+    # another study may hold the same configs
+    other = study(repo)
+    assert set(repo.add_trials(other, items)).isdisjoint(ids)
+    progress = repo.study_progress(sid)
+    assert progress["total"] == 6
+    assert progress["counts"]["WAITING"] == 6
+    assert progress["best"] is None
+    t = repo.get_trial(ids[1])
+    assert t is not None
+    assert (t["candidate"], t["seed"], t["status"], t["attempt"]) == ("erf", 1, "WAITING", 0)
+    assert TrialConfig.model_validate(t["config"]) == cfg("erf", 1)
+    assert t["axis_values"] == {"f": "erf", "seed": 1}
+    assert repo.add_trials(sid, []) == []
+    with pytest.raises(TypeError):
+        repo.add_trials(sid, [("not a config",)])  # type: ignore[list-item]
+
+
+# -- leases ------------------------------------------------------------------------------------
+
+
+def test_lease_exclusive_between_owners(repo: Repository) -> None:
+    sid = study(repo)
+    ids = repo.add_trials(sid, [cfg("erf", s) for s in range(5)])
+    got: dict[str, list[int]] = {"a": [], "b": []}
+    owner = "a"
+    while (lease := repo.lease_next(sid, owner, 60)) is not None:
+        assert lease.attempt == 1
+        assert lease.owner == owner
+        assert lease.config == cfg("erf", ids.index(lease.id))
+        got[owner].append(lease.id)
+        owner = "b" if owner == "a" else "a"
+    assert sorted(got["a"] + got["b"]) == ids
+    assert set(got["a"]).isdisjoint(got["b"])
+    assert repo.study_progress(sid)["counts"]["RUNNING"] == 5
+    t = repo.get_trial(got["b"][0])
+    assert t is not None
+    assert (t["status"], t["lease_owner"]) == ("RUNNING", "b")
+
+
+def test_paused_and_cancelled_studies_hand_out_nothing(repo: Repository) -> None:
+    sid = study(repo)
+    repo.add_trials(sid, [cfg("erf", s) for s in range(3)])
+    repo.set_study_status(sid, "paused")
+    assert repo.lease_next(sid, "w", 60) is None
+    assert repo.lease_next(None, "w", 60) is None
+    repo.set_study_status(sid, "running")
+    lease = repo.lease_next(None, "w", 60)
+    assert lease is not None
+    assert lease.study_id == sid
+    repo.set_study_status(sid, "cancelled")
+    assert repo.cancel_waiting(sid) == 2
+    assert repo.lease_next(sid, "w", 60) is None
+    counts = repo.study_progress(sid)["counts"]
+    assert (counts["CANCELLED"], counts["RUNNING"], counts["WAITING"]) == (2, 1, 0)
+
+
+def test_renew_lease(repo: Repository) -> None:
+    sid = study(repo)
+    repo.add_trials(sid, [cfg("erf"), cfg("tanh")])
+    live = repo.lease_next(sid, "w", 60)
+    assert live is not None
+    assert repo.renew_lease(live.id, "w", live.attempt, 60)
+    assert not repo.renew_lease(live.id, "other", live.attempt, 60)
+    assert not repo.renew_lease(live.id, "w", live.attempt + 1, 60)
+    # a lease that already expired (negative length) cannot be renewed: the worker must stop
+    dead = repo.lease_next(sid, "w", -1)
+    assert dead is not None
+    assert not repo.renew_lease(dead.id, "w", dead.attempt, 60)
+
+
+def test_requeue_expired_then_failed(repo: Repository) -> None:
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("erf")])
+    keep = repo.add_trials(sid, [cfg("tanh")])[0]
+    live = repo.lease_next(sid, "w", 60)  # leases the oldest trial (tid) ...
+    assert live is not None
+    assert live.id == tid
+    assert repo.requeue_expired() == []  # ... whose lease is live
+    later = utcnow() + timedelta(seconds=120)
+    for attempt in (1, 2, 3):
+        if attempt > 1:
+            live = repo.lease_next(sid, f"w{attempt}", 60)
+            assert live is not None
+        assert (live.id, live.attempt) == (tid, attempt)
+        assert repo.requeue_expired(now=later) == [tid]
+        t = repo.get_trial(tid)
+        assert t is not None
+        if attempt < 3:
+            assert t["status"] == "WAITING"
+            assert t["lease_owner"] is None
+            assert "requeued" in t["error"]
+        # the lost worker's late writes are refused
+        assert not repo.finish_trial(tid, live.owner, attempt, complete(0.9))
+        assert not repo.record_epoch(tid, live.owner, attempt, epoch(0))
+    t = repo.get_trial(tid)
+    assert t is not None
+    assert t["status"] == "FAILED"
+    assert t["attempt"] == 3
+    assert "lease expired on attempt 3" in t["error"]
+    assert "3 of 3 attempts" in t["error"]
+    assert repo.get_trial(keep)["status"] == "WAITING"  # type: ignore[index]
+
+
+def test_requeue_honours_max_attempts_argument(repo: Repository) -> None:
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("erf")])
+    repo.lease_next(sid, "w", -1)
+    assert repo.requeue_expired(max_attempts=1) == [tid]
+    assert repo.get_trial(tid)["status"] == "FAILED"  # type: ignore[index]
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def test_finish_trial_written_once(repo: Repository) -> None:
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("erf")])
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    assert repo.record_epoch(tid, "w", 1, epoch(0, 2.0))
+    assert repo.record_epoch(tid, "w", 1, epoch(0, 1.5))  # same epoch again: overwritten
+    assert repo.record_epoch(tid, "w", 1, epoch(1, 1.0), lease_seconds=120)
+    assert not repo.record_epoch(tid, "intruder", 1, epoch(2))
+    assert [c["train_loss"] for c in repo.get_trial(tid)["curves"]] == [1.5, 1.0]  # type: ignore[index]
+
+    result = complete(
+        0.93,
+        curves=[epoch(0, 1.4), epoch(1, 0.9), epoch(2, 0.7)],
+        diagnostics=[
+            LayerDiagnostic(epoch=2, layer="blocks.0.norm1", alpha=0.41, gamma_mean=1.01),
+            LayerDiagnostic(epoch=2, layer="norm_final", alpha=0.52, extra={"q": 1.0}),
+        ],
+        eval_train_loss=0.65,
+        train_time_s=12.5,
+        total_time_s=13.0,
+        worker="node-1",
+    )
+    assert not repo.finish_trial(tid, "intruder", 1, result)  # wrong owner
+    assert not repo.finish_trial(tid, "w", 2, result)  # wrong attempt
+    assert repo.finish_trial(tid, "w", 1, result)
+    assert not repo.finish_trial(tid, "w", 1, complete(0.1))  # second write: no-op
+    assert not repo.fail_trial(tid, "w", 1, "late failure")
+    assert not repo.renew_lease(tid, "w", 1, 60)
+
+    t = repo.get_trial(tid)
+    assert t is not None
+    assert t["status"] == "COMPLETE"
+    assert t["value"] == pytest.approx(0.93)
+    assert t["metrics"] == {"val_acc": 0.93}
+    assert (t["objective"], t["direction"], t["worker"]) == ("val_acc", "maximize", "node-1")
+    assert (t["eval_train_loss"], t["train_time_s"], t["total_time_s"]) == (0.65, 12.5, 13.0)
+    assert t["finished_at"] is not None
+    assert [(c["epoch"], c["train_loss"]) for c in t["curves"]] == [(0, 1.4), (1, 0.9), (2, 0.7)]
+    assert [(d["layer"], d["alpha"]) for d in t["diagnostics"]] == [
+        ("blocks.0.norm1", 0.41),
+        ("norm_final", 0.52),
+    ]
+    assert t["diagnostics"][1]["extra"] == {"q": 1.0}
+    progress = repo.study_progress(sid)
+    assert progress["best"]["trial_id"] == tid
+    assert progress["fraction_finished"] == 1.0
+
+
+def test_diverged_result_has_no_value(repo: Repository) -> None:
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("identity")])
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    diverged = TrialResult(
+        status="diverged", metrics={"val_acc": 0.1}, objective="val_acc", diverged_at_step=17
+    )
+    assert repo.finish_trial(tid, "w", lease.attempt, diverged)
+    t = repo.get_trial(tid)
+    assert t is not None
+    assert (t["status"], t["value"], t["diverged_at_step"]) == ("DIVERGED", None, 17)
+
+
+def test_fail_trial_retry_then_give_up(repo: Repository) -> None:
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("erf")])
+    for attempt in (1, 2, 3):
+        lease = repo.lease_next(sid, "w", 60)
+        assert lease is not None
+        assert lease.attempt == attempt
+        assert not repo.fail_trial(tid, "other", attempt, "not mine", retry=True)
+        assert repo.fail_trial(tid, "w", attempt, f"out of memory #{attempt}", retry=True)
+    t = repo.get_trial(tid)
+    assert t is not None
+    assert (t["status"], t["error"]) == ("FAILED", "out of memory #3")
+    assert repo.lease_next(sid, "w", 60) is None
+
+    (tid2,) = repo.add_trials(sid, [cfg("tanh")])
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    assert repo.fail_trial(tid2, "w", 1, "bad formula", retry=False)
+    assert repo.get_trial(tid2)["status"] == "FAILED"  # type: ignore[index]
+
+
+def test_list_trials_filters(repo: Repository) -> None:
+    sid = study(repo)
+    ids = repo.add_trials(sid, [cfg("erf", 0), cfg("erf", 1), cfg("tanh", 0)])
+    repo.lease_next(sid, "w", 60)
+    assert [t["id"] for t in repo.list_trials(sid, candidate="erf")] == ids[:2]
+    assert [t["id"] for t in repo.list_trials(sid, status="RUNNING")] == ids[:1]
+    assert [t["id"] for t in repo.list_trials(status=["WAITING"], proxy=PROXY)] == ids[1:]
+    assert [t["id"] for t in repo.list_trials(sid, limit=1, offset=1)] == ids[1:2]
+    assert repo.list_trials(proxy="other") == []
+    assert repo.get_trial(10_000) is None
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def test_tokens(repo: Repository) -> None:
+    token = repo.create_token("ci", scopes=["write"])
+    assert token.startswith("nf_")
+    assert repo.verify_token(token)
+    assert repo.verify_token(token, scope="write")
+    assert not repo.verify_token(token, scope="admin")
+    assert not repo.verify_token(token + "x")
+    assert not repo.verify_token("")
+    with pytest.raises(ValueError):
+        repo.create_token("ci")
+    assert [t["name"] for t in repo.list_tokens()] == ["ci"]
+    assert "token_hash" not in repo.list_tokens()[0]
+    assert repo.revoke_token("ci")
+    assert not repo.revoke_token("ci")
+    assert not repo.verify_token(token)
+    fresh = repo.create_token("ci")  # a revoked name may be reused
+    assert repo.verify_token(fresh)
+    assert not repo.verify_token(token)
+
+
+# -- leaderboard -------------------------------------------------------------------------------
+
+# Final val_acc per seed. tanh's seed 3 diverges; identity is clearly worse than the rest.
+VALUES = {
+    "erf": [0.90, 0.92, 0.94],
+    "tanh": [0.91, 0.70, 0.93, None],
+    "layernorm": [0.88, 0.90, 0.90],
+    "identity": [0.50, 0.52, 0.51],
+}
+
+
+def _outcome(config: TrialConfig) -> TrialResult:
+    value = VALUES[config.norm.name][config.seed]
+    if value is None:
+        return TrialResult(status="diverged", objective="val_acc", diverged_at_step=5)
+    return complete(value)
+
+
+@pytest.fixture
+def board_study(repo: Repository) -> int:
+    for name in ("erf", "tanh"):
+        repo.upsert_candidate(
+            {"name": name, "group": "sigmoid", "properties": {"odd": True, "bounded": True}}
+        )
+    sid = study(repo)
+    repo.add_trials(
+        sid,
+        [(cfg(n, s), {"f": n}, None) for n, vs in VALUES.items() for s in range(len(vs))],
+    )
+    run_all(repo, sid, _outcome)
+    return sid
+
+
+def test_leaderboard_hand_computed(repo: Repository, board_study: int) -> None:
+    rows = repo.leaderboard(PROXY)
+    assert [r["candidate"] for r in rows] == ["erf", "layernorm", "tanh", "identity"]
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4]
+    erf, ln, tanh, ident = rows
+    # erf: mean 0.92, std 0.02, half width t(0.975,2)=4.302653 * 0.02 / sqrt(3) = 0.049683
+    assert (erf["n"], erf["n_trials"], erf["n_diverged"]) == (3, 3, 0)
+    assert erf["mean"] == pytest.approx(0.92, abs=1e-9)
+    assert erf["std"] == pytest.approx(0.02, abs=1e-9)
+    assert erf["ci_half_width"] == pytest.approx(0.049683, abs=1e-6)
+    assert erf["bound"] == pytest.approx(0.92 - 0.049683, abs=1e-6)
+    assert erf["ci_high"] == pytest.approx(0.92 + 0.049683, abs=1e-6)
+    assert erf["seeds"] == [0, 1, 2]
+    assert erf["direction"] == "maximize"
+    assert erf["objective"] == "val_acc"
+    assert erf["group"] == "sigmoid"
+    assert erf["axis_values"] == {"f": "erf"}
+    # layernorm: mean 0.893333, std 0.011547, half width 0.028684 -> bound 0.864649
+    assert ln["mean"] == pytest.approx(0.893333, abs=1e-6)
+    assert ln["bound"] == pytest.approx(0.864649, abs=1e-6)
+    assert ln["group"] == "baseline"
+    assert ln["vs_layernorm"] is None
+    # tanh: seeds 0-2 complete (0.91, 0.70, 0.93), seed 3 diverged
+    # mean 0.846667; deviations .063333 -.146667 .083333 -> var 0.032467/2 -> std 0.127410;
+    # half width 4.302653 * 0.127410 / sqrt(3) = 0.316504
+    assert (tanh["n"], tanh["n_trials"], tanh["n_diverged"]) == (3, 4, 1)
+    assert tanh["mean"] == pytest.approx(0.846667, abs=1e-6)
+    assert tanh["std"] == pytest.approx(0.127410, abs=1e-6)
+    assert tanh["ci_half_width"] == pytest.approx(0.316504, abs=1e-6)
+    # paired with layernorm on seeds 0-2: erf diffs .02 .02 .04 -> mean .026667, hw .028684
+    assert erf["vs_layernorm"]["n_pairs"] == 3
+    assert erf["vs_layernorm"]["mean_diff"] == pytest.approx(0.026667, abs=1e-6)
+    assert erf["vs_layernorm"]["ci_half_width"] == pytest.approx(0.028684, abs=1e-6)
+    # tanh diffs .03 -.20 .03 -> mean -.046667, std .132791, hw 4.302653*.132791/sqrt(3)=.329871
+    assert tanh["vs_layernorm"]["mean_diff"] == pytest.approx(-0.046667, abs=1e-6)
+    assert tanh["vs_layernorm"]["ci_half_width"] == pytest.approx(0.329871, abs=1e-6)
+    assert tanh["vs_layernorm"]["seeds"] == [0, 1, 2]
+    # Welch vs erf: layernorm p = 0.134 and tanh p = 0.43 (tied); identity p < 0.001 (not)
+    assert erf["indistinguishable_from_best"] and erf["p_vs_best"] == 1.0
+    assert ln["indistinguishable_from_best"]
+    assert ln["p_vs_best"] == pytest.approx(0.1336, abs=1e-3)
+    assert tanh["indistinguishable_from_best"]
+    assert not ident["indistinguishable_from_best"]
+    assert ident["p_vs_best"] < 0.001
+
+
+def test_leaderboard_filters(repo: Repository, board_study: int) -> None:
+    assert [r["candidate"] for r in repo.leaderboard(PROXY, group="sigmoid")] == ["erf", "tanh"]
+    assert [r["candidate"] for r in repo.leaderboard(PROXY, group="baseline")] == [
+        "layernorm",
+        "identity",
+    ]
+    assert [r["candidate"] for r in repo.leaderboard(PROXY, properties={"bounded": True})] == [
+        "erf",
+        "tanh",
+    ]
+    assert repo.leaderboard(PROXY, properties={"bounded": False}) == []
+    assert repo.leaderboard("other-proxy") == []
+    assert len(repo.leaderboard(PROXY, study_id=board_study)) == 4
+    assert repo.leaderboard(PROXY, study_id=board_study + 1) == []
+
+
+def test_leaderboard_dedupes_seeds_across_studies(repo: Repository, board_study: int) -> None:
+    # The same erf seed 0 trained again in another study: one value per seed, the latest.
+    sid = study(repo)
+    repo.add_trials(sid, [cfg("erf", 0)])
+    run_all(repo, sid, lambda c: complete(0.96))
+    erf = next(r for r in repo.leaderboard(PROXY) if r["candidate"] == "erf")
+    assert erf["n"] == 3
+    assert erf["n_trials"] == 4
+    assert erf["mean"] == pytest.approx((0.96 + 0.92 + 0.94) / 3)
+    assert erf["study_ids"] == [board_study, sid]
+
+
+def test_leaderboard_minimize_and_metric(repo: Repository) -> None:
+    # A minimised objective ranks by the upper bound; ``metric`` reads another final metric.
+    losses = {"erf": [1.0, 1.1, 1.2], "tanh": [0.5, 0.6, 0.7]}
+    sid = study(repo)
+    repo.add_trials(sid, [cfg(n, s, overrides={"depth": 2}) for n in losses for s in range(3)])
+
+    def outcome(c: TrialConfig) -> TrialResult:
+        v = losses[c.norm.name][c.seed]
+        return TrialResult(
+            status="complete",
+            metrics={"val_fd": v, "other": -v},
+            objective="val_fd",
+            direction="minimize",
+        )
+
+    run_all(repo, sid, outcome)
+    rows = repo.leaderboard(PROXY)
+    assert [r["candidate"] for r in rows] == ["tanh", "erf"]
+    assert rows[0]["direction"] == "minimize"
+    # upper bound 0.6 + 4.302653 * 0.1 / sqrt(3) = 0.848414
+    assert rows[0]["bound"] == pytest.approx(0.848414, abs=1e-6)
+    assert rows[0]["overrides"] == {"depth": 2}
+    flipped = repo.leaderboard(PROXY, metric="other", direction="maximize")
+    assert [r["candidate"] for r in flipped] == ["tanh", "erf"]
+    assert flipped[0]["mean"] == pytest.approx(-0.6)

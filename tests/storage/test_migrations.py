@@ -1,0 +1,143 @@
+"""Alembic owns the schema: migrations match the models, old files upgrade, Optuna lives beside."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+
+from normfree.settings import Settings
+from normfree.storage import Database, Repository, optuna_storage_url
+from normfree.storage.models import Base
+
+V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
+
+
+def head(db: Database) -> str:
+    return ScriptDirectory.from_config(db.alembic_config()).get_current_head()  # type: ignore[return-value]
+
+
+def _query_indexes(insp: object, table: str) -> set[str]:
+    # PostgreSQL also lists the indexes behind unique constraints (uq_*); count ours only.
+    return {i["name"] for i in insp.get_indexes(table) if i["name"].startswith("ix_")}  # type: ignore[attr-defined]
+
+
+def test_migrated_schema_matches_models(db: Database) -> None:
+    """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
+    assert db.current_revision() == head(db) == "0002"
+    with db.engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, Base.metadata) == []
+
+
+def test_migrate_is_idempotent(db: Database) -> None:
+    db.migrate()
+    db.migrate()
+    assert db.current_revision() == "0002"
+
+
+def test_revisions_add_what_they_say(database_url: str) -> None:
+    """0001: the tables with their keys; 0002: the query indexes and api_tokens."""
+    db = Database(database_url)
+    try:
+        db.migrate("0001")
+        insp = inspect(db.engine)
+        assert "api_tokens" not in insp.get_table_names()
+        assert _query_indexes(insp, "trials") == set()
+        db.migrate()
+        insp = inspect(db.engine)
+        assert "api_tokens" in insp.get_table_names()
+        assert _query_indexes(insp, "trials") == {
+            "ix_trials_leaderboard",
+            "ix_trials_study_status",
+            "ix_trials_lease",
+            "ix_trials_context_seed",
+        }
+    finally:
+        db.dispose()
+
+
+def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
+    path = tmp_path / "normfree.db"
+    shutil.copy(V1_FILE, path)
+    db = Database(f"sqlite:///{path}")
+    try:
+        assert db.current_revision() == "0001"
+        db.migrate()
+        assert db.current_revision() == "0002"
+        repo = Repository(db)
+        cand = repo.get_candidate("erf")
+        assert cand is not None
+        assert (cand["properties"], cand["submitter"]) == (
+            {"odd": True, "bounded": True},
+            "catalog",
+        )
+        study = repo.get_study(1)
+        assert study is not None
+        assert (study["name"], study["status"]) == ("v1 study", "complete")
+        trial = repo.get_trial(1)
+        assert trial is not None
+        assert (trial["status"], trial["value"], trial["candidate"]) == ("COMPLETE", 0.91, "erf")
+        assert trial["created_at"].startswith("2026-11-01T12:00:00")
+        assert [c["val_loss"] for c in trial["curves"]] == [0.4]
+        (row,) = repo.leaderboard("vit-digits")
+        assert (row["candidate"], row["n"], row["mean"], row["group"]) == (
+            "erf",
+            1,
+            0.91,
+            "sigmoid",
+        )
+        # what 0002 added works on the upgraded file
+        token = repo.create_token("upgraded")
+        assert repo.verify_token(token)
+    finally:
+        db.dispose()
+    assert V1_FILE.read_bytes()[:16] == b"SQLite format 3\x00"  # the checked-in file is untouched
+
+
+def test_sqlite_pragmas(sqlite_database_url: str) -> None:
+    db = Database(sqlite_database_url)
+    try:
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+    finally:
+        db.dispose()
+
+
+def test_optuna_storage_url_derivation() -> None:
+    s = Settings(database_url="sqlite:///runs/normfree.db")
+    assert optuna_storage_url(s) == "sqlite:///runs/normfree-optuna.db"
+    s = Settings(database_url="sqlite:////abs/path/x.sqlite")
+    assert optuna_storage_url(s) == "sqlite:////abs/path/x-optuna.sqlite"
+    s = Settings(database_url="postgresql://u:pw@db.example:5432/normfree")
+    assert optuna_storage_url(s) == "postgresql+psycopg://u:pw@db.example:5432/normfree_optuna"
+    s = Settings(database_url="sqlite:///a.db", optuna_storage_url="sqlite:///elsewhere.db")
+    assert optuna_storage_url(s) == "sqlite:///elsewhere.db"
+
+
+def test_optuna_study_lives_beside_ours(db: Database) -> None:
+    """Optuna's tables (also named studies/trials) go to the sibling storage; both work."""
+    optuna = pytest.importorskip("optuna")
+    from normfree.storage import drop_database, ensure_database
+
+    url = optuna_storage_url(Settings(database_url=db.url))
+    assert url != db.url
+    created = ensure_database(url)
+    try:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        st = optuna.create_study(study_name="normfree-study-1", storage=url)
+        st.optimize(lambda t: t.suggest_float("x", -1, 1) ** 2, n_trials=2)
+        assert len(optuna.load_study(study_name="normfree-study-1", storage=url).trials) == 2
+        # our schema is untouched by Optuna's
+        assert db.current_revision() == "0002"
+        assert "trial_key" in {c["name"] for c in inspect(db.engine).get_columns("trials")}
+    finally:
+        if created:
+            drop_database(url)

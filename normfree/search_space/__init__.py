@@ -33,6 +33,7 @@ from normfree.search_space.dedup import (
 )
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.evaluation import evaluate, plot_data, torch_fn
+from normfree.search_space.properties import Properties, compute_properties
 
 __all__ = [
     "MAX_CONSTANT",
@@ -44,10 +45,12 @@ __all__ = [
     "Candidate",
     "ExpressionError",
     "Lineage",
+    "Properties",
     "TransformStep",
     "U",
     "canonical_form",
     "catalog",
+    "compute_properties",
     "evaluate",
     "find_duplicate",
     "fingerprint",

@@ -1,0 +1,120 @@
+"""The FastAPI application factory: one engine, one repository, one router per resource.
+
+``create_app(settings)`` builds everything from a :class:`~normfree.settings.Settings`, so tests
+make an app over their own database and ``normfree serve`` makes one over the configured one. The
+app holds (on ``app.state``) the :class:`~normfree.storage.Database`, the repository, the jinja2
+templates and the background study runner; routers reach them only through :mod:`.deps`.
+
+Static files: the dashboard's own CSS/JS from ``normfree/api/static`` and ``plotly.min.js`` from the
+installed plotly package (``/vendor/plotly.min.js``), so pages render with no network at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import plotly
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from normfree import __version__
+from normfree.api import errors
+from normfree.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+API_DESCRIPTION = """\
+normfree measures whether a pointwise function f can replace LayerNorm in a transformer.
+
+* **Reads** (GET) are public unless the server sets `NORMFREE_PUBLIC_READS=false`.
+* **Writes** (POST) need `Authorization: Bearer <token>`; create a token with
+  `normfree token create NAME` (only its hash is stored) and revoke it with
+  `normfree token revoke NAME`. A missing token answers 401, an unknown or revoked one 403.
+* Every refused request answers `{"error": code, "message": what to fix, "detail": ...}` with a
+  4xx status; bodies over `NORMFREE_MAX_REQUEST_BYTES` answer 413.
+"""
+
+TAGS = [
+    {"name": "candidates", "description": "Norm functions f(u): submit, list, inspect."},
+    {"name": "studies", "description": "Property studies, option studies and function searches."},
+    {"name": "trials", "description": "One training run with its curves and diagnostics."},
+    {"name": "leaderboards", "description": "Candidates ranked per proxy, over seeds, with CIs."},
+    {"name": "health", "description": "Liveness and version."},
+]
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    run_studies: bool | None = None,
+    migrate: bool = True,
+) -> FastAPI:
+    """Build the API and dashboard over ``settings`` (default: the process settings).
+
+    ``run_studies``: start studies created through the API in a background runner inside this
+    process (the embedded default of ``normfree serve``). ``None`` reads it from the settings
+    (``NORMFREE_API_RUN_STUDIES`` is not a setting yet, so: on). Tests that only want rows pass
+    ``False``. ``migrate`` upgrades the schema at start (Alembic, idempotent).
+    """
+    from normfree.api import services
+    from normfree.api.routers import (
+        candidates,
+        health,
+        leaderboards,
+        pages,
+        studies,
+        trials,
+    )
+
+    settings = settings or get_settings()
+    state = services.ServiceState.open(settings, migrate=migrate, run_studies=run_studies)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(
+        title="normfree",
+        version=__version__,
+        description=API_DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        responses={
+            413: {"model": errors.ErrorBody, "description": "Request body too large."},
+            422: {"model": errors.ErrorBody, "description": "Invalid request: see message."},
+        },
+    )
+    app.state.settings = settings
+    app.state.services = state
+    app.state.templates = Jinja2Templates(directory=str(HERE / "templates"))
+    pages.install_filters(app.state.templates)
+
+    errors.install_error_handlers(app)
+    app.add_middleware(errors.BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False, name="plotly_js")
+    def plotly_js() -> FileResponse:
+        """plotly.js from the installed plotly package (cached by browsers for a day)."""
+        return FileResponse(
+            PLOTLY_JS,
+            media_type="application/javascript",
+            headers={"Cache-Control": "public, max-age=86400"},
+        )
+
+    for module in (health, candidates, studies, trials, leaderboards):
+        app.include_router(module.router, prefix="/api")
+    app.include_router(pages.router)
+    return app

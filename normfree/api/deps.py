@@ -1,0 +1,77 @@
+"""Dependencies: the one service state, settings, and who may read and write.
+
+Auth, in one place:
+
+- Writes (every POST) need ``Authorization: Bearer <token>``. No header, or a header that is not
+  a bearer token, answers **401** with ``WWW-Authenticate: Bearer``; a token that is unknown or
+  revoked answers **403**. Tokens are created and revoked with ``normfree token create|revoke``
+  and stored hashed by the storage layer; the API only ever compares hashes through it.
+- Reads (GET) are public while ``settings.public_reads`` is true (the default); when it is false,
+  reads need a valid token too (same 401/403 rules).
+- The dashboard's submit form has a token field (a plain HTML form cannot send a bearer header);
+  its page route checks that field with the same :func:`check_token`, so the form and the API
+  follow one rule: no valid token, no write. The form never stores the token (not in a cookie,
+  not in the page it answers with).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from normfree.api.errors import ApiError
+from normfree.api.services import ServiceState
+from normfree.settings import Settings
+
+# auto_error=False: we answer missing credentials ourselves, with our error body and a hint.
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A write token from `normfree token create NAME` (sent as a bearer token).",
+)
+
+
+def get_state(request: Request) -> ServiceState:
+    return request.app.state.services
+
+
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+StateDep = Annotated[ServiceState, Depends(get_state)]
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+MISSING_TOKEN = (
+    "this request needs a token: send 'Authorization: Bearer <token>' "
+    "(create one with `normfree token create NAME`)"
+)
+BAD_TOKEN = "the token is unknown or revoked: create a new one with `normfree token create NAME`"
+
+
+def check_token(state: ServiceState, token: str | None) -> str:
+    """The token's name, or an ApiError: 401 when absent, 403 when unknown or revoked."""
+    if not token:
+        raise ApiError(401, "unauthorized", MISSING_TOKEN, headers={"WWW-Authenticate": "Bearer"})
+    name = state.verify_token(token)
+    if name is None:
+        raise ApiError(403, "forbidden", BAD_TOKEN)
+    return name
+
+
+def require_writer(state: StateDep, creds: Credentials) -> str:
+    """Writes: a valid bearer token; answers with the token's name (recorded as submitter)."""
+    return check_token(state, creds.credentials if creds else None)
+
+
+def require_reader(state: StateDep, settings: SettingsDep, creds: Credentials) -> str | None:
+    """Reads: public unless ``public_reads`` is off; then the same rule as writes."""
+    if settings.public_reads:
+        return None
+    return check_token(state, creds.credentials if creds else None)
+
+
+Writer = Annotated[str, Depends(require_writer)]
+Reader = Annotated[str | None, Depends(require_reader)]

@@ -1,0 +1,312 @@
+"""Plotly figures for the dashboard, built from the same data the JSON endpoints return.
+
+Each function takes plain data (the API's public schemas as dicts/lists), so a figure shows
+exactly what ``/api/...`` answers and can be tested without a browser. :func:`to_div` renders a
+figure as an HTML fragment that expects ``plotly.min.js`` to be loaded by the page already (the
+app serves it from the installed plotly package: the dashboard needs no network).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+# One colour per base function / layer, stable across pages (plotly's default qualitative set).
+PALETTE = (
+    "#636EFA",
+    "#EF553B",
+    "#00CC96",
+    "#AB63FA",
+    "#FFA15A",
+    "#19D3F3",
+    "#FF6692",
+    "#B6E880",
+    "#FF97FF",
+    "#FECB52",
+)
+DIVERGED_COLOR = "#d62728"
+_LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+    "height": 420,
+    "legend": {"orientation": "h", "y": -0.2},
+}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def to_div(fig: go.Figure, div_id: str) -> str:
+    """The figure as a <div> plus the script that draws it (plotly.js loaded by the page)."""
+    return fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
+    )
+
+
+def function_figure(u: Sequence[float], f: Sequence[float], df: Sequence[float], name: str):
+    """f and f' of one candidate on one axis: the shape people compare candidates by."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(u), y=list(f), name=f"{name}(u)", mode="lines"))
+    fig.add_trace(
+        go.Scatter(x=list(u), y=list(df), name=f"{name}'(u)", mode="lines", line={"dash": "dash"})
+    )
+    fig.update_layout(title=f"{name}: f and f'", xaxis_title="u", yaxis_title="value", **_LAYOUT)
+    fig.add_hline(y=0, line_width=1, line_color="#999")
+    fig.add_vline(x=0, line_width=1, line_color="#999")
+    return fig
+
+
+def leaderboard_figure(rows: Sequence[dict[str, Any]], objective: str | None) -> go.Figure:
+    """Mean with its 95% CI per candidate, best first: seed spread is visible at a glance."""
+    ranked = [r for r in rows if _finite(r.get("mean"))]
+    names = [r["candidate"] for r in ranked]
+    means = [r["mean"] for r in ranked]
+    hi = [(r["ci_high"] - r["mean"]) if _finite(r.get("ci_high")) else 0.0 for r in ranked]
+    lo = [(r["mean"] - r["ci_low"]) if _finite(r.get("ci_low")) else 0.0 for r in ranked]
+    colors = [
+        "#2ca02c" if r.get("is_best") else ("#1f77b4" if r.get("indistinguishable") else "#7f7f7f")
+        for r in ranked
+    ]
+    fig = go.Figure(
+        go.Scatter(
+            x=means,
+            y=names,
+            mode="markers",
+            marker={"color": colors, "size": 9},
+            error_x={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
+            text=[f"n={r.get('n', 0)}, diverged={r.get('n_diverged', 0)}" for r in ranked],
+            hovertemplate="%{y}: %{x:.4g} (%{text})<extra></extra>",
+            name="mean ± 95% CI",
+        )
+    )
+    layout = dict(_LAYOUT)
+    layout["height"] = max(300, 28 * len(ranked) + 120)
+    fig.update_layout(
+        title="mean ± 95% CI (green: best; blue: indistinguishable from best)",
+        xaxis_title=objective or "objective",
+        yaxis={"autorange": "reversed"},
+        showlegend=False,
+        **layout,
+    )
+    return fig
+
+
+def study_figure(
+    cells: Sequence[dict[str, Any]], objective: str | None, transform: str | None
+) -> go.Figure:
+    """A property study as one picture: metric vs transform value, one line per base function.
+
+    Error bars are the 95% CI over seeds. A cell where any seed diverged gets a red cross (at its
+    mean, or at the bottom of the axis when no seed finished) so failures are not silently absent.
+    """
+    fig = go.Figure()
+    by_function: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for cell in cells:
+        by_function[str(cell.get("function"))].append(cell)
+    finite_means = [c["mean"] for c in cells if _finite(c.get("mean"))]
+    floor = min(finite_means) if finite_means else 0.0
+    div_x, div_y, div_text = [], [], []
+    for i, (function, rows) in enumerate(sorted(by_function.items())):
+        rows = sorted(rows, key=lambda c: (c.get("value") is None, c.get("value") or 0.0))
+        xs = [c.get("value") for c in rows]
+        ys = [c["mean"] if _finite(c.get("mean")) else None for c in rows]
+        err_hi = [
+            (c["ci_high"] - c["mean"])
+            if _finite(c.get("ci_high")) and _finite(c.get("mean"))
+            else 0.0
+            for c in rows
+        ]
+        err_lo = [
+            (c["mean"] - c["ci_low"])
+            if _finite(c.get("ci_low")) and _finite(c.get("mean"))
+            else 0.0
+            for c in rows
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                name=function,
+                mode="lines+markers",
+                line={"color": PALETTE[i % len(PALETTE)]},
+                error_y={"type": "data", "array": err_hi, "arrayminus": err_lo, "visible": True},
+                text=[f"n={c.get('n', 0)}, diverged={c.get('n_diverged', 0)}" for c in rows],
+                hovertemplate=f"{function} @ %{{x}}: %{{y:.4g}} (%{{text}})<extra></extra>",
+                connectgaps=False,
+            )
+        )
+        for c in rows:
+            if c.get("n_diverged"):
+                div_x.append(c.get("value"))
+                div_y.append(c["mean"] if _finite(c.get("mean")) else floor)
+                div_text.append(f"{function} @ {c.get('value')}: {c['n_diverged']} diverged")
+    if div_x:
+        fig.add_trace(
+            go.Scatter(
+                x=div_x,
+                y=div_y,
+                name="diverged",
+                mode="markers",
+                marker={"symbol": "x", "size": 13, "color": DIVERGED_COLOR, "line": {"width": 2}},
+                text=div_text,
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"{objective or 'objective'} vs {transform or 'transform'} value (mean ± 95% CI)",
+        xaxis_title=f"{transform or 'transform'} value",
+        yaxis_title=objective or "objective",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def options_figure(cells: Sequence[dict[str, Any]], objective: str | None) -> go.Figure:
+    """Studies without a numeric axis (options, searches): a bar per arm with its CI."""
+    rows = [c for c in cells if _finite(c.get("mean"))]
+    labels = [str(c.get("label") or c.get("function")) for c in rows]
+    fig = go.Figure(
+        go.Bar(
+            x=labels,
+            y=[c["mean"] for c in rows],
+            error_y={
+                "type": "data",
+                "array": [
+                    (c["ci_high"] - c["mean"]) if _finite(c.get("ci_high")) else 0 for c in rows
+                ],
+                "arrayminus": [
+                    (c["mean"] - c["ci_low"]) if _finite(c.get("ci_low")) else 0 for c in rows
+                ],
+            },
+            marker_color=[DIVERGED_COLOR if c.get("n_diverged") else "#1f77b4" for c in rows],
+            name=objective or "objective",
+        )
+    )
+    fig.update_layout(
+        title=f"{objective or 'objective'} per arm (red: some seeds diverged)",
+        yaxis_title=objective or "objective",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def curves_figure(curves: Sequence[dict[str, Any]]) -> go.Figure:
+    """Learning curves: losses on the left axis, each validation metric on the right."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    epochs = [c["epoch"] for c in curves]
+    fig.add_trace(go.Scatter(x=epochs, y=[c.get("train_loss") for c in curves], name="train loss"))
+    if any(c.get("val_loss") is not None for c in curves):
+        fig.add_trace(go.Scatter(x=epochs, y=[c.get("val_loss") for c in curves], name="val loss"))
+    metric_names = sorted({k for c in curves for k in (c.get("metrics") or {})})
+    for name in metric_names:
+        fig.add_trace(
+            go.Scatter(
+                x=epochs,
+                y=[(c.get("metrics") or {}).get(name) for c in curves],
+                name=name,
+                line={"dash": "dot"},
+            ),
+            secondary_y=True,
+        )
+    fig.update_layout(title="learning curves", xaxis_title="epoch", **_LAYOUT)
+    fig.update_yaxes(title_text="loss", secondary_y=False)
+    fig.update_yaxes(title_text="metric", secondary_y=True)
+    return fig
+
+
+def _by_layer(diagnostics: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    layers: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for d in diagnostics:
+        layers[str(d["layer"])].append(d)
+    for rows in layers.values():
+        rows.sort(key=lambda d: d["epoch"])
+    return dict(layers)
+
+
+def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
+    """alpha against 1/std of the norm's input, per layer, traced over epochs.
+
+    LayerNorm divides by the input's std; a pointwise norm that learns alpha close to 1/std is
+    doing the same job, which is the DyT paper's observation. The dashed diagonal is alpha = 1/std.
+    """
+    fig = go.Figure()
+    xs_all: list[float] = []
+    for i, (layer, rows) in enumerate(sorted(_by_layer(diagnostics).items())):
+        pts = [
+            (1.0 / d["input_std"], d["alpha"], d["epoch"])
+            for d in rows
+            if _finite(d.get("alpha")) and _finite(d.get("input_std")) and d["input_std"] > 0
+        ]
+        if not pts:
+            continue
+        xs_all.extend(p[0] for p in pts)
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=layer,
+                line={"color": PALETTE[i % len(PALETTE)]},
+                marker={"size": [4 + 6 * (k == len(pts) - 1) for k in range(len(pts))]},
+                text=[f"epoch {p[2]}" for p in pts],
+                hovertemplate=(
+                    f"{layer} %{{text}}: 1/std=%{{x:.3g}}, alpha=%{{y:.3g}}<extra></extra>"
+                ),
+            )
+        )
+    if xs_all:
+        lo, hi = min(xs_all), max(xs_all)
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi],
+                y=[lo, hi],
+                mode="lines",
+                name="alpha = 1/std",
+                line={"dash": "dash", "color": "#999"},
+            )
+        )
+    fig.update_layout(
+        title="alpha vs 1/std of the norm input (per layer, over epochs; big marker = last)",
+        xaxis_title="1 / std(norm input)",
+        yaxis_title="alpha",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def layers_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
+    """Per layer at the last epoch: gamma mean ± std, and the residual branch's output norm."""
+    last: dict[str, dict[str, Any]] = {}
+    for layer, rows in _by_layer(diagnostics).items():
+        last[layer] = rows[-1]
+    layers = list(last)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("gamma (mean ± std)", "residual-branch norm (RMS)")
+    )
+    fig.add_trace(
+        go.Bar(
+            x=layers,
+            y=[last[k].get("gamma_mean") for k in layers],
+            error_y={"type": "data", "array": [last[k].get("gamma_std") or 0 for k in layers]},
+            name="gamma",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(x=layers, y=[last[k].get("branch_norm") for k in layers], name="branch norm"),
+        row=1,
+        col=2,
+    )
+    epoch = max((d["epoch"] for d in last.values()), default=0)
+    fig.update_layout(title=f"per-layer parameters at epoch {epoch}", showlegend=False, **_LAYOUT)
+    return fig

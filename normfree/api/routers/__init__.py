@@ -1,0 +1,1 @@
+"""One router per resource (candidates, studies, trials, leaderboards, health) plus the pages."""

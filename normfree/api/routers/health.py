@@ -1,0 +1,35 @@
+"""Liveness and version: what a load balancer or a compose healthcheck polls."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy import text
+
+from normfree import __version__
+from normfree.api.deps import StateDep
+from normfree.api.schemas import Health, Version
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health", response_model=Health)
+def health(state: StateDep) -> Health:
+    """Whether the API and its database answer (always public, never needs a token)."""
+    db = state.db
+    try:
+        with db.session(readonly=True) as s:
+            s.execute(text("SELECT 1"))
+        return Health(status="ok", database=db.dialect, database_ok=True)
+    except Exception as exc:  # a health check reports the failure instead of raising it
+        return Health(
+            status="degraded",
+            database=db.dialect,
+            database_ok=False,
+            detail=f"{type(exc).__name__}: {exc}"[:300],
+        )
+
+
+@router.get("/version", response_model=Version)
+def version() -> Version:
+    """The normfree package version and the API version."""
+    return Version(version=__version__)

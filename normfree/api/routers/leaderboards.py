@@ -1,0 +1,30 @@
+"""Leaderboards: candidates ranked per proxy over seeds, with confidence intervals."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from normfree.api import services
+from normfree.api.deps import Reader, StateDep
+from normfree.api.errors import ErrorBody
+from normfree.api.routers.candidates import PropertyFilter
+from normfree.api.schemas import LeaderboardPublic
+
+router = APIRouter(prefix="/leaderboards", tags=["leaderboards"])
+
+
+@router.get("/{proxy}", response_model=LeaderboardPublic, responses={404: {"model": ErrorBody}})
+def get_leaderboard(
+    state: StateDep,
+    _reader: Reader,
+    proxy: Annotated[str, Path(max_length=100, examples=["vit-digits"])],
+    group: Annotated[str | None, Query(max_length=100)] = None,
+    properties: PropertyFilter = None,
+    study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+) -> LeaderboardPublic:
+    """Arms of ``proxy`` ranked by the pessimistic end of their 95% t interval (one lucky seed
+    cannot top the board), with diverged counts, Welch's test against the best, and the paired
+    difference to LayerNorm on shared seeds."""
+    return services.leaderboard(state, proxy, group=group, properties=properties, study_id=study_id)

@@ -1,0 +1,225 @@
+"""The dashboard: server-rendered jinja2 pages with plotly figures.
+
+Every page is built from the same service calls as the JSON API (so a page shows what
+``/api/...`` answers), and every figure from :mod:`normfree.api.plots`. The pages follow the
+read rule of the API (public unless ``public_reads`` is off; then they answer 401, since a browser
+page cannot send a bearer token). The submit form carries a token field and checks it with the
+same rule as ``POST /api/candidates`` (see :mod:`normfree.api.deps`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+
+from normfree.api import plots, services
+from normfree.api.deps import Reader, StateDep, check_token
+from normfree.api.errors import ApiError, describe_validation
+from normfree.api.schemas import CandidateCreate
+
+router = APIRouter(include_in_schema=False)
+
+IdPath = Annotated[int, Path(ge=1, le=2**31 - 1)]
+PropertyQuery = Annotated[list[str] | None, Query(alias="property", max_length=10)]
+
+# Properties shown as badges, in this order, when the candidate has them (flattened names).
+_BADGE_ORDER = ("zero_centred", "odd", "bounded", "monotone", "smooth", "differentiable")
+
+
+def _badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Short badges for a candidate's properties: true flags, and the growth/monotone kind."""
+    flat = services.property_flags(props)
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+
+    def short(key: str) -> str:
+        return key.rsplit(".", 1)[-1]
+
+    keys = sorted(
+        flat,
+        key=lambda k: (
+            _BADGE_ORDER.index(short(k)) if short(k) in _BADGE_ORDER else len(_BADGE_ORDER),
+            k,
+        ),
+    )
+    for key in keys:
+        value = flat[key]
+        label = short(key).replace("_", " ")
+        if label in seen:
+            continue
+        if value is True:
+            out.append({"label": label, "cls": "", "title": f"{key} = true"})
+            seen.add(label)
+        elif isinstance(value, str) and value and short(key) in ("monotone", "growth", "kind"):
+            out.append({"label": f"{label}: {value}", "cls": "no", "title": key})
+            seen.add(label)
+        if len(out) >= 6:
+            break
+    return out
+
+
+def install_filters(templates: Jinja2Templates) -> None:
+    templates.env.filters["property_badges"] = _badges
+
+
+def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
+    templates: Jinja2Templates = request.app.state.templates
+    return templates.TemplateResponse(request, name, context, status_code=status_code)
+
+
+@router.get("/", response_class=HTMLResponse, name="page_leaderboard")
+def page_leaderboard(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    proxy: Annotated[str | None, Query(max_length=100)] = None,
+    group: Annotated[str | None, Query(max_length=100)] = None,
+    properties: PropertyQuery = None,
+) -> Response:
+    """The leaderboard of one proxy (default: the first with results)."""
+    proxies = services.proxies_with_results(state)
+    proxy = proxy or (proxies[0] if proxies else None)
+    board = None
+    figure = None
+    if proxy:
+        board = services.leaderboard(
+            state, proxy, group=group or None, properties=[p for p in properties or [] if p]
+        )
+        if board.rows:
+            rows = [r.model_dump() for r in board.rows]
+            figure = plots.to_div(plots.leaderboard_figure(rows, board.objective), "lb-figure")
+    groups = sorted({c.group for c in services.list_candidates(state).items if c.group})
+    return _render(
+        request,
+        "leaderboard.html",
+        board=board,
+        proxy=proxy,
+        proxies=proxies,
+        group=group,
+        groups=groups,
+        properties=properties or [],
+        figure=figure,
+    )
+
+
+@router.get("/candidates", response_class=HTMLResponse, name="page_candidates")
+def page_candidates(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    group: Annotated[str | None, Query(max_length=100)] = None,
+    properties: PropertyQuery = None,
+) -> Response:
+    listing = services.list_candidates(
+        state, group=group or None, properties=[p for p in properties or [] if p]
+    )
+    return _render(request, "candidates.html", listing=listing, group=group)
+
+
+@router.get("/candidates/{name}", response_class=HTMLResponse, name="page_candidate")
+def page_candidate(
+    request: Request, state: StateDep, _reader: Reader, name: Annotated[str, Path(max_length=300)]
+) -> Response:
+    """f and f', properties, prescreen (for stored submissions) and results across proxies."""
+    cand, pub = services.get_candidate_object(state, name)
+    plot = services.candidate_plot(cand)
+    figure = None
+    if plot is not None:
+        figure = plots.to_div(plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure")
+    results = services.candidate_results(state, pub.name)
+    return _render(
+        request, "candidate.html", candidate=pub, figure=figure, results=results, prescreen=None
+    )
+
+
+@router.get("/studies", response_class=HTMLResponse, name="page_studies")
+def page_studies(request: Request, state: StateDep, _reader: Reader) -> Response:
+    return _render(request, "studies.html", studies=services.list_studies(state).items)
+
+
+def _study_figure(detail: Any) -> Any:
+    cells = [c.model_dump() for c in detail.cells if not c.baseline]
+    transform = detail.spec.get("transform")
+    if detail.kind == "property" and transform:
+        return plots.study_figure(cells, detail.objective, transform)
+    return plots.options_figure([c.model_dump() for c in detail.cells], detail.objective)
+
+
+@router.get("/studies/{study_id}", response_class=HTMLResponse, name="page_study")
+def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdPath) -> Response:
+    """A study's picture (metric vs transform value per base function), cells and progress."""
+    detail = services.get_study(state, study_id)
+    figure = plots.to_div(_study_figure(detail), "study-figure")
+    live = detail.status in ("pending", "running", "paused")
+    error = state.runner.errors.get(study_id) if state.runner else None
+    return _render(request, "study.html", study=detail, figure=figure, live=live, error=error)
+
+
+@router.get("/studies/{study_id}/figure.json", name="page_study_figure")
+def page_study_figure(state: StateDep, _reader: Reader, study_id: IdPath) -> Response:
+    """The study figure as plotly JSON, for the page's live refresh."""
+    fig = _study_figure(services.get_study(state, study_id))
+    return Response(fig.to_json(), media_type="application/json")
+
+
+@router.get("/trials/{trial_id}", response_class=HTMLResponse, name="page_trial")
+def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
+    """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
+    trial = services.get_trial(state, trial_id)
+    curves = [c.model_dump() for c in trial.curves]
+    diags = [d.model_dump() for d in trial.diagnostics]
+    figures = []
+    if curves:
+        figures.append(plots.to_div(plots.curves_figure(curves), "curves-figure"))
+    if diags:
+        figures.append(plots.to_div(plots.alpha_figure(diags), "alpha-figure"))
+        figures.append(plots.to_div(plots.layers_figure(diags), "layers-figure"))
+    return _render(request, "trial.html", trial=trial, figures=figures)
+
+
+@router.get("/submit", response_class=HTMLResponse, name="page_submit")
+def page_submit(request: Request, _reader: Reader) -> Response:
+    return _render(request, "submit.html", form={}, result=None, error=None)
+
+
+@router.post("/submit", response_class=HTMLResponse, name="page_submit_post")
+def page_submit_post(
+    request: Request,
+    state: StateDep,
+    name: Annotated[str, Form(max_length=200)] = "",
+    formula: Annotated[str, Form(max_length=2000)] = "",
+    description: Annotated[str, Form(max_length=4000)] = "",
+    token: Annotated[str, Form(max_length=300)] = "",
+) -> Response:
+    """The form's write: same token rule and same service code as ``POST /api/candidates``."""
+    form = {"name": name, "formula": formula, "description": description}
+    try:
+        who = check_token(state, token.strip() or None)
+        data = CandidateCreate(name=name, formula=formula, description=description.strip() or None)
+        result = services.submit_candidate(state, data, submitter=who)
+    except ValidationError as exc:
+        msg = describe_validation([dict(e) for e in exc.errors()])
+        return _render(request, "submit.html", 422, form=form, result=None, error=msg)
+    except ApiError as exc:
+        return _render(
+            request, "submit.html", exc.status_code, form=form, result=None, error=exc.message
+        )
+    figure = None
+    cand = None
+    with contextlib.suppress(ApiError):
+        cand, _ = services.get_candidate_object(state, result.duplicate_of or result.name)
+    if cand is not None:
+        plot = services.candidate_plot(cand)
+        if plot is not None:
+            figure = plots.to_div(
+                plots.function_figure(plot.u, plot.f, plot.df, result.name), "fn-figure"
+            )
+    status = 201 if result.created else 200
+    return _render(
+        request, "submit.html", status, form={}, result=result, error=None, figure=figure
+    )

@@ -1,0 +1,84 @@
+"""Studies: create (and start in the background), list, inspect with progress, control."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+
+from normfree.api import services
+from normfree.api.deps import Reader, StateDep, Writer
+from normfree.api.errors import ErrorBody
+from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic
+
+router = APIRouter(prefix="/studies", tags=["studies"])
+
+StudyId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+_AUTH = {
+    401: {"model": ErrorBody, "description": "No bearer token."},
+    403: {"model": ErrorBody, "description": "Unknown or revoked token."},
+}
+_CONTROL = {
+    404: {"model": ErrorBody},
+    409: {"model": ErrorBody, "description": "Not allowed from the study's status."},
+    **_AUTH,
+}
+
+
+@router.post("", response_model=StudyPublic, status_code=201, responses=_AUTH)
+def create_study(data: StudyCreate, state: StateDep, _who: Writer) -> StudyPublic:
+    """Create a property study, an options study or a function search (the options of
+    ``normfree study ...``). Its trials are planned now; it runs in the background (the answer
+    does not wait), and ``GET /api/studies/{id}`` shows its progress."""
+    return services.create_study(state, data)
+
+
+@router.get("", response_model=StudyList)
+def list_studies(
+    state: StateDep,
+    _reader: Reader,
+    status: Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
+    | None = None,
+    kind: Literal["property", "options", "search", "generate"] | None = None,
+) -> StudyList:
+    """Studies, newest first, with their progress."""
+    return services.list_studies(state, status=status, kind=kind)
+
+
+@router.get("/{study_id}", response_model=StudyDetail, responses={404: {"model": ErrorBody}})
+def get_study(
+    state: StateDep,
+    _reader: Reader,
+    study_id: StudyId,
+    trials: Annotated[bool, Query(description="Include the trial list.")] = True,
+) -> StudyDetail:
+    """A study with its progress, its cells (mean and CI per arm) and its trials."""
+    detail = services.get_study(state, study_id)
+    if not trials:
+        detail.trials = []
+    return detail
+
+
+def _control(action: str):
+    def route(state: StateDep, _who: Writer, study_id: StudyId) -> StudyPublic:
+        return services.control_study(state, study_id, action)
+
+    route.__name__ = f"{action}_study"
+    route.__doc__ = {
+        "pause": "Pause: no new trials start; running ones stop at their next epoch report and "
+        "go back to waiting.",
+        "resume": "Resume a paused study (it is driven in the background again).",
+        "cancel": "Cancel: waiting trials are dropped, running ones stop at their next report.",
+    }[action]
+    return route
+
+
+for _action in ("pause", "resume", "cancel"):
+    router.add_api_route(
+        f"/{{study_id}}/{_action}",
+        _control(_action),
+        methods=["POST"],
+        response_model=StudyPublic,
+        responses=_CONTROL,
+        name=f"{_action}_study",
+    )

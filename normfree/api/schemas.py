@@ -1,0 +1,328 @@
+"""The API's request and response models: separate families from the ORM rows.
+
+``*Create`` models are what a client may send (``extra="forbid"``, every size bounded, so a hostile
+body is a 422 with the field named, not a huge study or a 500). ``*Public`` models are what the
+API answers; they are built by :mod:`normfree.api.services` from storage rows and never expose
+internals (lease owners, token hashes). Bounds here are API policy, not science: they keep one
+request within seconds and one study within a machine-day.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+# ------------------------------------------------------------------------------------ candidates
+
+
+class CandidateCreate(_In):
+    """A user formula f(u) to add to the search space."""
+
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="Identifier: a letter, then letters, digits, '_' or '-' (at most 64).",
+        examples=["smoothsign2"],
+    )
+    formula: str = Field(
+        min_length=1,
+        max_length=500,
+        description="f(u) in normfree's expression language (u or x; erf, tanh, clip, ...).",
+        examples=["u/(1+abs(u))"],
+    )
+    description: str | None = Field(default=None, max_length=2000)
+
+
+class PrescreenPublic(_Out):
+    """The zero-cost check run at submission (seconds): does the initialised proxy train at all?"""
+
+    ok: bool = Field(description="False when the prescreen could not run or flagged the function.")
+    proxy: str | None = None
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    seconds: float | None = None
+
+
+class PlotData(_Out):
+    """f and f' sampled on a grid of u."""
+
+    u: list[float]
+    f: list[float]
+    df: list[float]
+
+
+class CandidatePublic(_Out):
+    name: str
+    formula: str | None = None
+    canonical: str | None = None
+    fingerprint: str | None = None
+    group: str | None = None
+    citation: str | None = None
+    description: str | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    lineage: dict[str, Any] = Field(default_factory=dict)
+    source: Literal["catalog", "user"] = "catalog"
+    submitter: str | None = None
+    created_at: datetime | None = None
+
+
+class CandidateSubmitted(CandidatePublic):
+    """The answer to a submission."""
+
+    created: bool = Field(description="True when a new candidate was stored.")
+    duplicate_of: str | None = Field(
+        default=None,
+        description="The existing candidate this formula equals (same canonical form or the same "
+        "values on the probe grid); nothing new is stored then.",
+    )
+    prescreen: PrescreenPublic | None = None
+
+
+class CandidateList(_Out):
+    count: int
+    items: list[CandidatePublic]
+
+
+# ---------------------------------------------------------------------------------- leaderboards
+
+
+class LeaderboardRow(_Out):
+    """One arm (a candidate under one proxy) aggregated over seeds."""
+
+    rank: int
+    candidate: str
+    group: str | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    n: int = Field(description="Seeds that completed and count towards the mean.")
+    n_diverged: int = 0
+    n_failed: int = 0
+    n_total: int = 0
+    mean: float | None = None
+    std: float | None = None
+    ci_low: float | None = Field(default=None, description="95% t confidence interval, low end.")
+    ci_high: float | None = None
+    is_best: bool = False
+    indistinguishable: bool = Field(
+        default=True, description="Welch's test cannot separate this arm from the best (p > 0.05)."
+    )
+    p_vs_best: float | None = None
+    vs_layernorm: dict[str, Any] | None = Field(
+        default=None, description="Paired difference to LayerNorm on the same seeds (mean, CI)."
+    )
+
+
+class LeaderboardPublic(_Out):
+    proxy: str
+    objective: str | None = None
+    direction: Literal["maximize", "minimize"] = "maximize"
+    filters: dict[str, Any] = Field(default_factory=dict)
+    rows: list[LeaderboardRow]
+
+
+# ---------------------------------------------------------------------------------------- studies
+
+
+class StudyCreate(_In):
+    """A study, with the same options as ``normfree study property|options|search``."""
+
+    kind: Literal["property", "options", "search"] = Field(
+        description="property: functions x transform values x seeds; options: functions x "
+        "option values x seeds; search: a sampler picks among functions, with pruning."
+    )
+    name: str | None = Field(default=None, max_length=200)
+    proxy: str = Field(max_length=100, examples=["vit-tiny"])
+    seeds: int = Field(default=3, ge=1, le=20)
+    functions: list[str] = Field(default_factory=list, max_length=32)
+    transform: str | None = Field(default=None, max_length=64, examples=["shift_h"])
+    values: list[float] = Field(default_factory=list, max_length=32)
+    options: dict[str, list[bool | int | float | str]] = Field(default_factory=dict, max_length=8)
+    norm_shift: Literal["none", "scalar", "channel"] = "none"
+    baselines: list[str] = Field(default_factory=list, max_length=3)
+    epochs: int | None = Field(default=None, ge=1, le=1000)
+    sampler: Literal["grid", "tpe", "random"] = "grid"
+    pruner: Literal["none", "sha", "hyperband", "median"] = "none"
+    n_trials: int | None = Field(default=None, ge=1, le=2000)
+    extra_seeds_for_top: int = Field(default=0, ge=0, le=10)
+    params: dict[str, Any] = Field(default_factory=dict, max_length=16)
+
+    @field_validator("functions", "baselines")
+    @classmethod
+    def _short_names(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if not (0 < len(item) <= 200):
+                raise ValueError("each entry must be 1-200 characters")
+        return v
+
+    @field_validator("values")
+    @classmethod
+    def _finite_values(cls, v: list[float]) -> list[float]:
+        import math
+
+        if any(not math.isfinite(x) or abs(x) > 1e6 for x in v):
+            raise ValueError("values must be finite numbers within +-1e6")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _bounded_options(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, vals in v.items():
+            if not (0 < len(key) <= 64):
+                raise ValueError("option names must be 1-64 characters")
+            if not (0 < len(vals) <= 16):
+                raise ValueError(f"option {key!r} needs 1-16 values")
+        return v
+
+
+class StudyProgress(_Out):
+    total: int = 0
+    waiting: int = 0
+    running: int = 0
+    complete: int = 0
+    diverged: int = 0
+    pruned: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    finished: int = 0
+    fraction: float = 0.0
+
+
+class StudyPublic(_Out):
+    id: int
+    kind: str
+    name: str | None = None
+    proxy: str
+    status: str
+    spec: dict[str, Any]
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    progress: StudyProgress
+    running_in_background: bool = Field(
+        default=False, description="An execution thread of this API process is driving it."
+    )
+
+
+class StudyCell(_Out):
+    """One arm of a study (a function at one transform value / option combination)."""
+
+    function: str
+    label: str
+    value: float | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    baseline: bool = False
+    n: int = 0
+    n_diverged: int = 0
+    n_total: int = 0
+    mean: float | None = None
+    std: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class TrialSummary(_Out):
+    id: int
+    candidate: str
+    seed: int
+    status: str
+    attempt: int = 0
+    axis_values: dict[str, Any] = Field(default_factory=dict)
+    objective_value: float | None = None
+
+
+class StudyDetail(StudyPublic):
+    objective: str | None = None
+    direction: Literal["maximize", "minimize"] = "maximize"
+    cells: list[StudyCell] = Field(default_factory=list)
+    trials: list[TrialSummary] = Field(default_factory=list)
+
+
+class StudyList(_Out):
+    count: int
+    items: list[StudyPublic]
+
+
+# ----------------------------------------------------------------------------------------- trials
+
+
+class CurvePoint(_Out):
+    """One epoch of a learning curve (``specs.EpochRecord``; non-finite values become null)."""
+
+    epoch: int
+    step: int
+    train_loss: float | None = None
+    val_loss: float | None = None
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    lr: float | None = None
+    wall_time_s: float | None = None
+
+
+class LayerDiagnosticPublic(_Out):
+    """One norm slot at one epoch (``specs.LayerDiagnostic``; non-finite values become null)."""
+
+    epoch: int
+    layer: str
+    alpha: float | None = None
+    s_mean: float | None = None
+    gamma_mean: float | None = None
+    gamma_std: float | None = None
+    beta_mean: float | None = None
+    beta_std: float | None = None
+    input_std: float | None = Field(default=None, description="std of the norm's input")
+    input_absmax: float | None = None
+    branch_norm: float | None = Field(default=None, description="RMS of the residual branch")
+    grad_norm: float | None = None
+    extra: dict[str, float | None] = Field(default_factory=dict)
+
+
+class TrialPublic(_Out):
+    id: int
+    study_id: int
+    candidate: str
+    proxy: str
+    seed: int
+    status: str
+    attempt: int = 0
+    axis_values: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    objective: str | None = None
+    direction: str | None = None
+    objective_value: float | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    eval_train_loss: float | None = None
+    diverged_at_step: int | None = None
+    train_time_s: float | None = None
+    total_time_s: float | None = None
+    worker: str | None = None
+    error: str | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    curves: list[CurvePoint] = Field(default_factory=list)
+    diagnostics: list[LayerDiagnosticPublic] = Field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------- health
+
+
+class Health(_Out):
+    status: Literal["ok", "degraded"]
+    database: str
+    database_ok: bool
+    detail: str | None = None
+
+
+class Version(_Out):
+    name: str = "normfree"
+    version: str
+    api: str = "1"

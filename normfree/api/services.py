@@ -1,0 +1,851 @@
+"""What the API does, independent of HTTP: the REST routers and the dashboard pages both call this.
+
+Keeping the logic here (not in routers) is what lets the submit form and ``POST /api/candidates``
+share one code path, and lets the CLI's ``token`` commands reuse the same storage handle.
+Functions take a :class:`ServiceState` (the database, the repository, the background runner)
+and return the public schemas of :mod:`normfree.api.schemas`; they raise :class:`ApiError` for
+anything the client must fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from normfree.api import schemas as S
+from normfree.api.errors import ApiError, not_found
+from normfree.settings import Settings
+from normfree.specs import BASELINES, StudySpec
+
+log = logging.getLogger(__name__)
+
+# Trial statuses that count as finished (CANCELLED: a waiting trial of a cancelled study).
+FINISHED = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
+# Grid of f/f' plots: wide enough to show saturation of every catalog function.
+PLOT_RANGE = (-5.0, 5.0, 201)
+# Submissions run the prescreen on this proxy (the tiny one: a prescreen must stay seconds).
+PRESCREEN_PROXY = "vit-tiny"
+# At most this many prescreens at once: each is a few seconds of CPU; more would only queue.
+_PRESCREEN_SLOTS = threading.BoundedSemaphore(1)
+
+
+def open_repository(settings: Settings, *, migrate: bool = True) -> Any:
+    """A storage ``Repository`` over ``settings.database_url`` (schema upgraded by default)."""
+    from normfree.storage import Database, Repository
+
+    db = Database(settings.database_url)
+    if migrate:
+        db.migrate()
+    return Repository(db, max_attempts=settings.max_attempts)
+
+
+# --------------------------------------------------------------------------------------- tokens
+
+
+def create_token(repo: Any, name: str) -> str:
+    """A new write token's plaintext (storage keeps only its hash). ValueError on a bad name."""
+    if not name or len(name) > 200 or not name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError("a token name is 1-200 letters, digits, '-' or '_'")
+    return repo.create_token(name)
+
+
+def revoke_token(repo: Any, name: str) -> bool:
+    return bool(repo.revoke_token(name))
+
+
+def list_tokens(repo: Any) -> list[dict[str, Any]]:
+    return list(repo.list_tokens())
+
+
+# --------------------------------------------------------------------------- background studies
+
+
+class StudyRunner:
+    """Drives studies created through the API, one at a time, on a daemon thread.
+
+    The embedded default of ``normfree serve``: the API answers at once and this thread runs
+    ``StudyDriver(id).run()`` (ask, lease, dispatch to a local Ray, collect). A paused study's run
+    returns; ``resume`` queues it again. At scale, studies are submitted as Ray jobs instead and
+    this runner is off (``normfree serve --no-run-studies``).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._active: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._executor: Any = None
+        self.errors: dict[int, str] = {}
+
+    def submit(self, study_id: int) -> None:
+        with self._lock:
+            if study_id in self._active:
+                return
+            self._active.add(study_id)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="normfree-study-runner", daemon=True
+                )
+                self._thread.start()
+        self._queue.put(study_id)
+
+    def is_active(self, study_id: int) -> bool:
+        with self._lock:
+            return study_id in self._active
+
+    def _loop(self) -> None:
+        while True:
+            study_id = self._queue.get()
+            if study_id is None:
+                return
+            try:
+                from normfree.workers.driver import StudyDriver
+                from normfree.workers.execution import RayExecutor
+
+                if self._executor is None:
+                    self._executor = RayExecutor(self.settings)
+                StudyDriver(study_id, settings=self.settings, executor=self._executor).run()
+            except Exception as exc:  # keep serving; the study page shows the reason
+                log.exception("study %s stopped with an error", study_id)
+                self.errors[study_id] = f"{type(exc).__name__}: {exc}"
+            finally:
+                with self._lock:
+                    self._active.discard(study_id)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        if self._executor is not None:
+            try:
+                self._executor.shutdown()
+            except Exception:  # shutting down: nothing useful to do with the error
+                log.warning("could not shut the study executor down cleanly", exc_info=True)
+
+
+# -------------------------------------------------------------------------------------- state
+
+
+@dataclass
+class ServiceState:
+    """The API's handles: settings, database, repository, and the optional study runner."""
+
+    settings: Settings
+    repo: Any
+    runner: StudyRunner | None = None
+    started_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def open(
+        cls, settings: Settings, *, migrate: bool = True, run_studies: bool | None = None
+    ) -> ServiceState:
+        repo = open_repository(settings, migrate=migrate)
+        runner = StudyRunner(settings) if run_studies or run_studies is None else None
+        return cls(settings=settings, repo=repo, runner=runner)
+
+    @property
+    def db(self) -> Any:
+        return self.repo.db
+
+    def verify_token(self, token: str) -> str | None:
+        """The token's name when it is active, else None.
+
+        ``Repository.verify_token`` answers a bool; the name (recorded as a submission's
+        submitter) is looked up by the stored SHA-256, falling back to "api" if that fails.
+        """
+        if len(token) > 256 or not self.repo.verify_token(token):
+            return None
+        try:
+            import hashlib
+
+            from sqlalchemy import select
+
+            from normfree.storage.models import ApiTokenRow
+
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            with self.db.session(readonly=True) as s:
+                name = s.scalar(select(ApiTokenRow.name).where(ApiTokenRow.token_hash == digest))
+            return str(name) if name else "api"
+        except Exception:  # the name is a nicety; the token was verified by storage
+            return "api"
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        self.db.dispose()
+
+
+# --------------------------------------------------------------------------------- properties
+
+
+def _flatten(props: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def property_flags(props: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Properties as flat ``name -> value`` pairs (nested dicts joined with '.')."""
+    return _flatten(props or {})
+
+
+def matches_properties(props: Mapping[str, Any] | None, wanted: Iterable[str]) -> bool:
+    """Each filter is ``name`` (the property is true) or ``name=value`` (equal as text).
+
+    ``name`` matches a flattened key exactly or as its last part, so ``bounded`` finds
+    ``bounded`` and ``boundedness.bounded`` alike.
+    """
+    flat = property_flags(props)
+    for item in wanted:
+        key, _, value = item.partition("=")
+        key = key.strip()
+        hits = [v for k, v in flat.items() if k == key or k.endswith("." + key)]
+        if not hits:
+            return False
+        if value:
+            if not any(str(v).lower() == value.strip().lower() for v in hits):
+                return False
+        elif not any(v is True or (isinstance(v, str) and v and v != "neither") for v in hits):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------- candidates
+
+
+@lru_cache(maxsize=4096)
+def _resolve_cached(text: str) -> Any:
+    """A catalog candidate (or transform call) by text; None if the catalog does not know it."""
+    from normfree.search_space import ExpressionError, catalog
+
+    try:
+        return catalog.resolve(text)
+    except (ExpressionError, KeyError, ValueError):
+        return None
+
+
+def _is_catalog_name(name: str) -> bool:
+    from normfree.search_space import catalog
+
+    try:
+        catalog.get(name)
+        return True
+    except (KeyError, ValueError, Exception):
+        return False
+
+
+def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
+    """A search_space Candidate or a storage row dict as the public schema."""
+    if isinstance(c, Mapping):
+        d = dict(c)
+        description = d.get("citation") if source == "user" else None
+        return S.CandidatePublic(
+            name=d["name"],
+            formula=d.get("formula"),
+            canonical=d.get("canonical"),
+            fingerprint=d.get("fingerprint"),
+            group=d.get("group"),
+            citation=None if source == "user" else d.get("citation"),
+            description=description,
+            properties=d.get("properties") or {},
+            lineage=d.get("lineage") or {},
+            source=source,  # type: ignore[arg-type]
+            submitter=d.get("submitter"),
+            created_at=d.get("created_at"),
+        )
+    d = candidate_dict(c)
+    return S.CandidatePublic(
+        name=d["name"],
+        formula=d.get("formula"),
+        canonical=d.get("canonical"),
+        fingerprint=d.get("fingerprint"),
+        group=d.get("group"),
+        citation=d.get("citation") or None,
+        description=d.get("description") or None,
+        properties=d.get("properties") or {},
+        lineage=d.get("lineage") or {},
+        source=source,  # type: ignore[arg-type]
+    )
+
+
+def candidate_dict(c: Any) -> dict[str, Any]:
+    """``Candidate.to_dict()`` with JSON-safe properties; without them if they cannot be computed
+    (a property computation that fails must not lose the submission)."""
+    try:
+        d = c.to_dict()
+    except Exception:
+        log.warning("properties of %s could not be computed", c.name, exc_info=True)
+        d = c.to_dict(with_properties=False)
+    d["properties"] = _finite_json(d.get("properties") or {})
+    return d
+
+
+@lru_cache(maxsize=1)
+def _catalog_public() -> tuple[S.CandidatePublic, ...]:
+    """The catalog as public rows, computed once per process (properties cost ~ms each)."""
+    from normfree.search_space import catalog
+
+    return tuple(_candidate_public(c, source="catalog") for c in catalog.all())
+
+
+def _parse_formula(formula: str, name: str) -> Any:
+    """Parse a user formula; the parser's positioned message becomes a 422."""
+    from normfree.search_space import ExpressionError, parse
+
+    try:
+        return parse(formula, name=name)
+    except ExpressionError as exc:
+        raise ApiError(
+            422,
+            "invalid_formula",
+            f"formula rejected: {exc}",
+            {"position": exc.position, "reason": exc.message, "field": "formula"},
+        ) from None
+    except RecursionError:
+        raise ApiError(
+            422, "invalid_formula", "formula rejected: nested too deeply", {"field": "formula"}
+        ) from None
+
+
+def run_prescreen(candidate: Any) -> S.PrescreenPublic:
+    """The zero-cost prescreen, bounded to seconds; a failure is reported, never raised."""
+    t0 = time.perf_counter()
+    try:
+        from normfree.workers.prescreen import prescreen
+    except ImportError as exc:
+        return S.PrescreenPublic(ok=False, error=f"prescreen unavailable: {exc}")
+    with _PRESCREEN_SLOTS:
+        try:
+            result = _call_prescreen(prescreen, candidate)
+        except Exception as exc:  # a prescreen crash must not lose the submission
+            log.warning("prescreen failed for %s", getattr(candidate, "name", "?"), exc_info=True)
+            return S.PrescreenPublic(
+                ok=False,
+                proxy=PRESCREEN_PROXY,
+                error=f"{type(exc).__name__}: {exc}"[:500],
+                seconds=time.perf_counter() - t0,
+            )
+    data = _plain(result)
+    if not isinstance(data, dict):
+        data = {"value": data}
+    ok = bool(data.get("ok", data.get("survived", data.get("trainable", True))))
+    return S.PrescreenPublic(
+        ok=ok,
+        proxy=str(data.get("proxy") or PRESCREEN_PROXY),
+        result=_finite_json(data),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
+    from normfree.specs import NormSpec
+
+    return prescreen(
+        NormSpec(name=candidate.name, formula=candidate.formula), proxy=PRESCREEN_PROXY, seed=0
+    )
+
+
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(obj)
+    return obj
+
+
+def _finite_json(obj: Any) -> Any:
+    """NaN and inf are not JSON: report them as text (prescreen results, where they mean much)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_json(v) for v in obj]
+    return obj
+
+
+def clean(obj: Any) -> Any:
+    """Non-finite floats to None, recursively: a diverged trial's NaN loss must not make the
+    JSON encoder fail (a 500) on an otherwise valid answer."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Mapping):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def find_duplicate(repo: Any, candidate: Any) -> str | None:
+    """The name of a known candidate (catalog or stored) that is the same function, if any."""
+    from normfree.search_space import catalog
+    from normfree.search_space.dedup import find_duplicate as ss_find_duplicate
+
+    hit = ss_find_duplicate(candidate, catalog.all())
+    if hit is not None and hit.name != candidate.name:
+        return hit.name
+    for row in repo.list_candidates(fingerprint=candidate.fingerprint):
+        if row["name"] != candidate.name:
+            return str(row["name"])
+    for row in repo.list_candidates():
+        if row.get("canonical") == candidate.canonical and row["name"] != candidate.name:
+            return str(row["name"])
+    return None
+
+
+def submit_candidate(
+    state: ServiceState, data: S.CandidateCreate, submitter: str | None, *, prescreen: bool = True
+) -> S.CandidateSubmitted:
+    """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form."""
+    repo = state.repo
+    if data.name in BASELINES or _is_catalog_name(data.name):
+        raise ApiError(
+            409,
+            "name_taken",
+            f"{data.name!r} is a catalog name; choose another name for your formula",
+            {"field": "name"},
+        )
+    cand = _parse_formula(data.formula, data.name)
+    if data.description:
+        from dataclasses import replace
+
+        cand = replace(cand, description=data.description)
+    existing = repo.get_candidate(data.name)
+    if existing is not None:
+        if existing.get("canonical") == cand.canonical:
+            pub = _candidate_public(existing, source="user")
+            return S.CandidateSubmitted(**pub.model_dump(), created=False, duplicate_of=data.name)
+        raise ApiError(
+            409,
+            "name_taken",
+            f"a different candidate is already named {data.name!r}; choose another name",
+            {"field": "name", "existing_formula": existing.get("formula")},
+        )
+    duplicate = find_duplicate(repo, cand)
+    screen = run_prescreen(cand) if prescreen else None
+    pub = _candidate_public(cand, source="user")
+    if duplicate is not None:
+        return S.CandidateSubmitted(
+            **pub.model_dump(), created=False, duplicate_of=duplicate, prescreen=screen
+        )
+    row = candidate_dict(cand)
+    # The candidates table has no description column: a user's description is stored in the
+    # citation column (for a user formula, the text saying where it comes from).
+    row["citation"] = data.description or None
+    repo.upsert_candidate(row, submitter=submitter)
+    stored = repo.get_candidate(data.name) or row
+    out = _candidate_public(stored, source="user").model_dump()
+    out["properties"] = out["properties"] or pub.properties
+    return S.CandidateSubmitted(**out, created=True, duplicate_of=None, prescreen=screen)
+
+
+def list_candidates(
+    state: ServiceState,
+    *,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    source: str | None = None,
+    q: str | None = None,
+) -> S.CandidateList:
+    items: list[S.CandidatePublic] = []
+    if source in (None, "catalog"):
+        items.extend(_catalog_public())
+    if source in (None, "user"):
+        names = {c.name for c in items}
+        for row in state.repo.list_candidates():
+            if row["name"] not in names:
+                items.append(_candidate_public(row, source="user"))
+    if group:
+        items = [c for c in items if c.group == group]
+    if properties:
+        items = [c for c in items if matches_properties(c.properties, properties)]
+    if q:
+        items = [c for c in items if q.lower() in c.name.lower()]
+    return S.CandidateList(count=len(items), items=items)
+
+
+def get_candidate_object(state: ServiceState, name: str) -> tuple[Any, S.CandidatePublic]:
+    """(search_space Candidate, public row) for a catalog name, transform call or stored name."""
+    row = state.repo.get_candidate(name)
+    if row is not None and row.get("formula"):
+        try:
+            from normfree.search_space import parse
+
+            cand = parse(row["formula"], name=name)
+        except Exception:  # stored before a parser change: show the row without plots
+            cand = None
+        return cand, _candidate_public(row, source="user")
+    if len(name) > 300:
+        raise not_found("candidate", name[:40] + "...")
+    cand = _resolve_cached(name)
+    if cand is None:
+        raise not_found("candidate", name)
+    return cand, _candidate_public(cand, source="catalog")
+
+
+def candidate_plot(cand: Any) -> S.PlotData | None:
+    if cand is None:
+        return None
+    from normfree.search_space.evaluation import plot_data
+
+    lo, hi, n = PLOT_RANGE
+    d = plot_data(cand, lo, hi, n)
+    clean = {k: [v if math.isfinite(v) else None for v in d[k]] for k in ("u", "f", "df")}
+    return S.PlotData(**clean)  # type: ignore[arg-type]
+
+
+def candidate_results(state: ServiceState, name: str) -> list[dict[str, Any]]:
+    """The candidate's leaderboard rows across every proxy that has trials of it."""
+    proxies = sorted({t["proxy"] for t in state.repo.list_trials(candidate=name)})
+    out = []
+    for proxy in proxies:
+        board = leaderboard(state, proxy)
+        for row in board.rows:
+            if row.candidate == name:
+                out.append({"proxy": proxy, "objective": board.objective, **row.model_dump()})
+    return out
+
+
+# -------------------------------------------------------------------------------- leaderboard
+
+
+def _enrich(group: str | None, props: Mapping[str, Any] | None, name: str) -> tuple[Any, Any]:
+    """Fill group/properties from the catalog for names storage has no candidate row for."""
+    if group and props:
+        return group, props
+    if name in BASELINES:
+        return group or "baseline", props or {}
+    cand = _resolve_cached(name)
+    if cand is None:
+        return group, props or {}
+    return group or cand.group, props or candidate_dict(cand).get("properties") or {}
+
+
+def leaderboard(
+    state: ServiceState,
+    proxy: str,
+    *,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    study_id: int | None = None,
+) -> S.LeaderboardPublic:
+    rows = clean(state.repo.leaderboard(proxy, study_id=study_id))
+    if not rows and not _known_proxy(proxy):
+        from normfree.workers.proxies import PROXIES
+
+        raise ApiError(
+            404, "not_found", f"unknown proxy {proxy!r}; choose from {sorted(PROXIES)}", None
+        )
+    out: list[S.LeaderboardRow] = []
+    objective = next((r.get("objective") for r in rows if r.get("objective")), None)
+    direction = next((r.get("direction") for r in rows if r.get("direction")), "maximize")
+    best_rank = rows[0]["rank"] if rows else None
+    for r in rows:
+        grp, props = _enrich(r.get("group"), r.get("properties"), r["candidate"])
+        if group and grp != group:
+            continue
+        if properties and not matches_properties(props, properties):
+            continue
+        label = r["candidate"]
+        extra = {k: v for k, v in (r.get("overrides") or {}).items()}
+        shift = (r.get("norm") or {}).get("shift")
+        if shift and shift != "none":
+            extra["shift"] = shift
+        if extra:
+            label += " [" + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())) + "]"
+        out.append(
+            S.LeaderboardRow(
+                rank=r["rank"],
+                candidate=label,
+                group=grp,
+                properties=props or {},
+                n=r.get("n", 0),
+                n_diverged=r.get("n_diverged", 0),
+                n_failed=r.get("n_failed", 0),
+                n_total=r.get("n_trials", 0),
+                mean=r.get("mean"),
+                std=r.get("std"),
+                ci_low=r.get("ci_low"),
+                ci_high=r.get("ci_high"),
+                is_best=r["rank"] == best_rank and r.get("mean") is not None,
+                indistinguishable=bool(r.get("indistinguishable_from_best", True)),
+                p_vs_best=r.get("p_vs_best"),
+                vs_layernorm=r.get("vs_layernorm"),
+            )
+        )
+    filters = {"group": group, "property": properties or [], "study_id": study_id}
+    return S.LeaderboardPublic(
+        proxy=proxy,
+        objective=objective,
+        direction=direction,
+        filters={k: v for k, v in filters.items() if v},
+        rows=out,
+    )
+
+
+def _known_proxy(proxy: str) -> bool:
+    try:
+        from normfree.workers.proxies import PROXIES
+    except ImportError:
+        return True
+    return proxy in PROXIES
+
+
+def proxies_with_results(state: ServiceState) -> list[str]:
+    """Proxies that have finished trials, then the registry's others."""
+    seen: list[str] = []
+    for t in state.repo.list_trials(status=["COMPLETE", "DIVERGED", "FAILED", "PRUNED"]):
+        if t["proxy"] not in seen:
+            seen.append(t["proxy"])
+    try:
+        from normfree.workers.proxies import PROXIES
+
+        seen += [p for p in PROXIES if p not in seen]
+    except ImportError:
+        pass
+    return seen
+
+
+# ------------------------------------------------------------------------------------ studies
+
+
+def _progress(repo: Any, study_id: int) -> S.StudyProgress:
+    p = repo.study_progress(study_id)
+    c = p["counts"]
+    return S.StudyProgress(
+        total=p["total"],
+        waiting=c.get("WAITING", 0),
+        running=c.get("RUNNING", 0),
+        complete=c.get("COMPLETE", 0),
+        diverged=c.get("DIVERGED", 0),
+        pruned=c.get("PRUNED", 0),
+        failed=c.get("FAILED", 0),
+        cancelled=c.get("CANCELLED", 0),
+        finished=p["finished"],
+        fraction=p["fraction_finished"],
+    )
+
+
+def _study_public(state: ServiceState, row: Mapping[str, Any]) -> S.StudyPublic:
+    return S.StudyPublic(
+        id=row["id"],
+        kind=row["kind"],
+        name=row.get("name"),
+        proxy=row["proxy"],
+        status=row["status"],
+        spec=row["spec"],
+        created_at=row.get("created_at"),
+        updated_at=row.get("updated_at"),
+        progress=_progress(state.repo, row["id"]),
+        running_in_background=bool(state.runner and state.runner.is_active(row["id"])),
+    )
+
+
+def validate_study(data: S.StudyCreate) -> StudySpec:
+    """Check a study request against the registries before anything is written (-> 422)."""
+    from normfree.workers.proxies import PROXIES
+
+    problems: list[str] = []
+    if data.proxy not in PROXIES:
+        problems.append(f"proxy: unknown {data.proxy!r}; choose from {sorted(PROXIES)}")
+    if data.kind in ("property", "options") and not data.functions:
+        problems.append("functions: a property or options study needs at least one function")
+    if data.kind == "property":
+        if not data.transform:
+            problems.append("transform: a property study needs a transform (e.g. shift_h)")
+        if not data.values:
+            problems.append("values: a property study needs transform values (e.g. [-1, 0, 1])")
+    if data.kind == "options" and not data.options:
+        problems.append("options: an options study needs at least one option with values")
+    for fn in data.functions:
+        if _resolve_cached(fn) is None and fn not in BASELINES:
+            problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
+    for b in data.baselines:
+        if b not in BASELINES:
+            problems.append(f"baselines: {b!r} is not one of {list(BASELINES)}")
+    if data.transform and data.functions and data.values and not problems:
+        from normfree.workers.scheduling import transform_call
+
+        call = transform_call(data.transform, data.functions[0], data.values[0])
+        if _resolve_cached(call) is None:
+            problems.append(f"transform: {data.transform!r} is not a known transform ({call})")
+    n_cells = max(1, len(data.functions)) * max(1, len(data.values))
+    for vals in data.options.values():
+        n_cells *= len(vals)
+    if n_cells * data.seeds > 2000:
+        problems.append(f"the study has {n_cells * data.seeds} trials; the API's limit is 2000")
+    if problems:
+        raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
+    try:
+        return StudySpec.model_validate(data.model_dump())
+    except Exception as exc:
+        raise ApiError(422, "invalid_study", str(exc)) from None
+
+
+def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
+    spec = validate_study(data)
+    from normfree.workers.driver import create_study as engine_create_study
+
+    try:
+        study_id = engine_create_study(spec, settings=state.settings)
+    except (ValueError, KeyError) as exc:
+        raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
+    if state.runner is not None:
+        state.runner.submit(study_id)
+    row = state.repo.get_study(study_id)
+    assert row is not None
+    return _study_public(state, row)
+
+
+def list_studies(
+    state: ServiceState, *, status: str | None = None, kind: str | None = None
+) -> S.StudyList:
+    rows = state.repo.list_studies(status=status)
+    if kind:
+        rows = [r for r in rows if r["kind"] == kind]
+    items = [_study_public(state, r) for r in rows]
+    return S.StudyList(count=len(items), items=items)
+
+
+def _cells(
+    trials: list[dict[str, Any]], spec: Mapping[str, Any]
+) -> tuple[list[S.StudyCell], str | None, str]:
+    """Aggregate a study's trials per arm (function x transform value / option combination)."""
+    from normfree.storage import stats
+
+    transform = spec.get("transform")
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        ax = dict(t.get("axis_values") or {})
+        ax.pop("seed", None)
+        key = tuple(sorted((k, str(v)) for k, v in ax.items())) or (("function", t["candidate"]),)
+        groups[key].append(t)
+    objective = next((t.get("objective") for t in trials if t.get("objective")), None)
+    direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
+    cells = []
+    for ts in groups.values():
+        ax = dict(ts[0].get("axis_values") or {})
+        ax.pop("seed", None)
+        function = str(ax.pop("function", ts[0]["candidate"]))
+        baseline = bool(ax.pop("baseline", False))
+        value = ax.pop(transform, None) if transform else None
+        vals = [t["value"] for t in ts if t["status"] == "COMPLETE" and t.get("value") is not None]
+        summ = stats.summarize(vals)
+        label = function
+        if value is not None:
+            label += f" @ {value}"
+        if ax:
+            label += " [" + ", ".join(f"{k}={v}" for k, v in sorted(ax.items())) + "]"
+        cells.append(
+            S.StudyCell(
+                function=function,
+                label=label,
+                value=float(value) if isinstance(value, int | float) else None,
+                options=ax,
+                baseline=baseline,
+                n=summ.n,
+                n_diverged=sum(t["status"] == "DIVERGED" for t in ts),
+                n_total=len(ts),
+                mean=summ.mean,
+                std=summ.std,
+                ci_low=summ.low,
+                ci_high=summ.high,
+            )
+        )
+    cells.sort(key=lambda c: (c.baseline, c.function, c.value if c.value is not None else 0.0))
+    return cells, objective, direction
+
+
+def get_study(state: ServiceState, study_id: int) -> S.StudyDetail:
+    row = state.repo.get_study(study_id)
+    if row is None:
+        raise not_found("study", study_id)
+    trials = clean(state.repo.list_trials(study_id))
+    cells, objective, direction = _cells(trials, row["spec"])
+    if objective is None:
+        try:
+            from normfree.workers.scheduling import objective_of
+
+            objective, direction = objective_of(row["proxy"])
+        except Exception:  # unknown proxy in an old study: leave the objective unnamed
+            pass
+    pub = _study_public(state, row)
+    return S.StudyDetail(
+        **pub.model_dump(),
+        objective=objective,
+        direction=direction,  # type: ignore[arg-type]
+        cells=cells,
+        trials=[
+            S.TrialSummary(
+                id=t["id"],
+                candidate=t["candidate"],
+                seed=t["seed"],
+                status=t["status"],
+                attempt=t.get("attempt", 0),
+                axis_values=t.get("axis_values") or {},
+                objective_value=t.get("value"),
+            )
+            for t in trials
+        ],
+    )
+
+
+# Which actions are allowed from which study status, and the status they lead to.
+_TRANSITIONS = {
+    "pause": ({"pending", "running"}, "paused"),
+    "resume": ({"paused"}, "running"),
+    "cancel": ({"pending", "running", "paused"}, "cancelled"),
+}
+
+
+def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
+    row = state.repo.get_study(study_id)
+    if row is None:
+        raise not_found("study", study_id)
+    allowed, target = _TRANSITIONS[action]
+    if row["status"] not in allowed:
+        raise ApiError(
+            409,
+            "conflict",
+            f"cannot {action} a study that is {row['status']}; {action} applies to "
+            f"{', '.join(sorted(allowed))} studies",
+        )
+    state.repo.set_study_status(study_id, target)
+    if action == "cancel":
+        state.repo.cancel_waiting(study_id)
+    if action == "resume" and state.runner is not None:
+        state.runner.submit(study_id)
+    row = state.repo.get_study(study_id)
+    assert row is not None
+    return _study_public(state, row)
+
+
+# ------------------------------------------------------------------------------------- trials
+
+
+def get_trial(state: ServiceState, trial_id: int) -> S.TrialPublic:
+    t = state.repo.get_trial(trial_id)
+    if t is None:
+        raise not_found("trial", trial_id)
+    t = clean(t)
+    return S.TrialPublic(
+        **{k: v for k, v in t.items() if k in S.TrialPublic.model_fields and k != "curves"},
+        objective_value=t.get("value"),
+        curves=t.get("curves") or [],
+    )

@@ -1,0 +1,110 @@
+"""``normfree serve`` (the API and dashboard) and ``normfree token create|revoke|list``.
+
+``serve`` runs uvicorn over :func:`normfree.api.create_app` on the embedded default (SQLite in the
+working directory, studies driven in-process on a local Ray) and prints the URL first, so a
+person or a script knows where to point a browser or curl. Tokens are write credentials for the
+REST API: the plaintext is printed once, only its hash is stored.
+"""
+
+from __future__ import annotations
+
+import click
+
+from normfree.cli import main
+from normfree.cli._output import emit, fail, json_option
+
+
+@main.command()
+@click.option("--host", default=None, help="Interface to bind (default: NORMFREE_HOST, 127.0.0.1).")
+@click.option(
+    "--port", default=None, type=click.IntRange(0, 65535), help="Port (default: NORMFREE_PORT)."
+)
+@click.option(
+    "--run-studies/--no-run-studies",
+    default=True,
+    show_default=True,
+    help="Drive studies created through the API inside this process (embedded default).",
+)
+@click.option("--log-level", default="info", show_default=True, help="uvicorn log level.")
+def serve(host: str | None, port: int | None, run_studies: bool, log_level: str) -> None:
+    """Start the REST API and the dashboard; prints the URL."""
+    import uvicorn
+
+    from normfree.api import create_app
+    from normfree.settings import get_settings
+
+    settings = get_settings()
+    host = host or settings.host
+    port = settings.port if port is None else port
+    app = create_app(settings, run_studies=run_studies)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    click.echo(
+        f"normfree dashboard: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)"
+    )
+    click.echo(f"database: {settings.database_url}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+@main.group()
+def token() -> None:
+    """API write tokens (stored hashed; the plaintext is shown once)."""
+
+
+def _repository():
+    from normfree.api.services import open_repository
+    from normfree.settings import get_settings
+
+    return open_repository(get_settings())
+
+
+@token.command("create")
+@click.argument("name")
+@json_option
+def token_create(name: str, as_json: bool) -> None:
+    """Create a write token NAME and print it (once)."""
+    from normfree.api.services import create_token
+
+    try:
+        plaintext = create_token(_repository(), name)
+    except ValueError as exc:
+        fail(str(exc), as_json)
+
+    def human(r: dict[str, str]) -> None:
+        click.echo(r["token"])
+        click.echo(
+            f"token {r['name']!r} created; it is shown only now. Use it as "
+            "'Authorization: Bearer <token>'.",
+            err=True,
+        )
+
+    emit({"name": name, "token": plaintext}, as_json, human)
+
+
+@token.command("revoke")
+@click.argument("name")
+@json_option
+def token_revoke(name: str, as_json: bool) -> None:
+    """Revoke the write token NAME (requests with it then answer 403)."""
+    from normfree.api.services import revoke_token
+
+    if not revoke_token(_repository(), name):
+        fail(f"no active token named {name!r}", as_json, code=1)
+    emit({"name": name, "revoked": True}, as_json, lambda r: click.echo(f"revoked {r['name']!r}"))
+
+
+@token.command("list")
+@json_option
+def token_list(as_json: bool) -> None:
+    """List tokens by name (never their values)."""
+    from normfree.api.services import list_tokens
+
+    rows = list_tokens(_repository())
+
+    def human(items: list[dict[str, object]]) -> None:
+        if not items:
+            click.echo("no tokens; create one with `normfree token create NAME`")
+        for r in items:
+            state = "revoked" if r.get("revoked_at") else "active"
+            click.echo(f"{r['name']}\t{state}\tcreated {r.get('created_at')}")
+
+    emit(rows, as_json, human)

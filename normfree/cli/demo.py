@@ -1,0 +1,74 @@
+"""``normfree demo``: the main job on the embedded default.
+
+For now: build and evaluate the whole catalog (parse, exact derivative, properties, torch
+evaluation in float32 vs float64) with a progress bar, and print the table. A later issue grows
+this into the demo study; :func:`catalog_demo` is the step it keeps.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from normfree.cli import main
+from normfree.cli._output import emit, json_option
+
+
+def catalog_demo(progress: bool = True) -> dict[str, Any]:
+    """Evaluate every catalog candidate; returns JSON-ready rows (plus the baselines)."""
+    import torch
+    from tqdm import tqdm
+
+    from normfree.search_space import catalog, evaluate
+
+    u64 = torch.linspace(-5.0, 5.0, 1001, dtype=torch.float64)
+    u32 = u64.to(torch.float32)
+    rows = []
+    for c in tqdm(catalog.all(), desc="catalog", unit="fn", file=sys.stderr, disable=not progress):
+        f64, d64 = evaluate(c, u64), evaluate(c, u64, derivative=True)
+        f32, d32 = evaluate(c, u32), evaluate(c, u32, derivative=True)
+        p = c.properties
+        rows.append(
+            {
+                "name": c.name,
+                "group": c.group,
+                "formula": c.formula,
+                "f(1)": float(evaluate(c, torch.tensor([1.0], dtype=torch.float64))[0]),
+                "f'(0)": p.slope0,
+                "bounded": p.bounded,
+                "monotone": p.monotone,
+                "summary": p.summary(),
+                # float32 vs float64 agreement of f and f' over [-5, 5] (a kernel sanity check)
+                "max_err_f32": float((f32.double() - f64).abs().max()),
+                "max_err_df32": float(((d32.double() - d64).abs() / (1 + d64.abs())).max()),
+                "finite": bool(torch.isfinite(f32).all() and torch.isfinite(d32).all()),
+            }
+        )
+    return {"candidates": rows, "baselines": [b.name for b in catalog.baselines()]}
+
+
+def _human(result: dict[str, Any]) -> None:
+    from normfree.cli.candidates import render_table
+
+    table = [
+        {
+            "name": r["name"],
+            "group": r["group"],
+            "f(1)": f"{r['f(1)']:.4f}",
+            "f'(0)": format(r["f'(0)"], ".4g"),
+            "f32 err": f"{r['max_err_f32']:.1e}",
+            "properties": r["summary"],
+        }
+        for r in result["candidates"]
+    ]
+    click.echo(render_table(table))
+    click.echo(f"\n{len(table)} candidates evaluated; baselines: {', '.join(result['baselines'])}")
+
+
+@main.command()
+@json_option
+def demo(as_json: bool) -> None:
+    """Evaluate the catalog (the embedded default) and print the table."""
+    emit(catalog_demo(progress=not as_json), as_json, _human)

@@ -57,10 +57,29 @@ def kink_arguments(expr: sympy.Expr) -> list[sympy.Expr]:
     return args
 
 
+def degree_bound(g: sympy.Expr) -> int:
+    """An upper bound of the degree of ``g`` in u, read off the tree without expanding it."""
+    if g is U:
+        return 1
+    if not g.free_symbols:
+        return 0
+    if isinstance(g, sympy.Add):
+        return max(degree_bound(a) for a in g.args)
+    if isinstance(g, sympy.Mul):
+        return sum(degree_bound(a) for a in g.args)
+    if isinstance(g, sympy.Pow) and g.exp.is_Integer and g.exp >= 0:
+        return degree_bound(g.base) * int(g.exp)
+    return 10**9  # not a polynomial
+
+
 def poly_real_roots(g: sympy.Expr, max_degree: int = _MAX_POLY_DEGREE) -> list[sympy.Expr]:
-    """Exact real roots of ``g`` when it is a polynomial in u of bounded degree, else []."""
+    """Exact real roots of ``g`` when it is a polynomial in u of bounded degree, else [].
+
+    The degree is bounded *before* sympy builds a Poly, which would expand the expression:
+    ((u+1)**32 + 1)**32 must not be expanded to degree 1024.
+    """
     try:
-        if not g.is_polynomial(U):
+        if degree_bound(g) > max_degree or not g.is_polynomial(U):
             return []
         poly = sympy.Poly(g, U)
         degree = poly.degree()

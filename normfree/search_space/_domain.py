@@ -35,6 +35,8 @@ HINT = (
 )
 
 _MAX_POLY_DEGREE = 8
+_MAX_MINIMA = 8  # local minima of |g| refined per sub-expression
+_MAX_GUARDED = 24  # distinct denominators/log arguments/power bases examined closely
 DOMAIN_RADIUS = 100.0
 
 
@@ -72,7 +74,7 @@ def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
     scale = max(1.0, float(np.median(vals)))
     # Indices of local minima of |g| (including sign changes, where |g| dips between points).
     interior = np.where((vals[1:-1] <= vals[:-2]) & (vals[1:-1] <= vals[2:]))[0] + 1
-    candidates = interior[np.argsort(vals[interior])][:20]
+    candidates = interior[np.argsort(vals[interior])][:_MAX_MINIMA]
     for i in candidates:
         lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
         res = scipy.optimize.minimize_scalar(
@@ -90,7 +92,13 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
     """Raise :class:`ExpressionError` unless f and f' are finite on the whole real line."""
     grid = domain_grid(kinks)
     # 1 + 2a: the dangerous sub-expressions, symbolically and by refined search.
+    seen: set[sympy.Basic] = set()
     for node in sympy.preorder_traversal(expr):
+        if node in seen or not isinstance(node, (sympy.Pow, sympy.log)):
+            continue
+        seen.add(node)
+        if len(seen) > _MAX_GUARDED:
+            break  # bounded work; the dense-grid check below still covers the rest
         if isinstance(node, sympy.Pow) and node.base.free_symbols:
             if node.exp.is_negative:
                 for r in _poly_real_roots(node.base):

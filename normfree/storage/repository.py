@@ -465,16 +465,10 @@ class Repository:
         keys = [r["trial_key"] for r in rows]
         with self.db.session() as s:
             for chunk in _chunks(rows, 200):
+                # DO NOTHING, not DO UPDATE: re-planning must not lock (or rewrite) rows that
+                # exist, or a concurrent lease_next (SKIP LOCKED) would see no WAITING trial.
                 stmt = self._insert(TrialRow).values(chunk)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=["study_id", "trial_key"],
-                    set_={
-                        "optuna_number": func.coalesce(
-                            TrialRow.__table__.c.optuna_number, stmt.excluded.optuna_number
-                        )
-                    },
-                )
-                s.execute(stmt)
+                s.execute(stmt.on_conflict_do_nothing(index_elements=["study_id", "trial_key"]))
             ids: dict[str, int] = {}
             for chunk in _chunks(sorted(set(keys)), 500):
                 for tid, key in s.execute(
@@ -483,6 +477,14 @@ class Repository:
                     )
                 ):
                     ids[key] = tid
+            numbered = [(ids[r["trial_key"]], r["optuna_number"]) for r in rows]
+            for tid, number in numbered:
+                if number is not None:  # an existing trial gains the Optuna number it lacked
+                    s.execute(
+                        update(TrialRow)
+                        .where(TrialRow.id == tid, TrialRow.optuna_number.is_(None))
+                        .values(optuna_number=number)
+                    )
         return [ids[k] for k in keys]
 
     def set_optuna_number(self, trial_id: int, number: int) -> None:

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from scipy import stats as _st
-
 Direction = Literal["maximize", "minimize"]
 ALPHA = 0.05
 
@@ -51,6 +49,8 @@ class Summary:
 
 def t_quantile(n: int, confidence: float = 1 - ALPHA) -> float:
     """Two-sided Student t critical value for a sample of size n (n >= 2)."""
+    from scipy import stats as _st  # lazy: scipy.stats costs ~1 s to import, most callers skip it
+
     return float(_st.t.ppf(0.5 + confidence / 2, n - 1))
 
 
@@ -77,6 +77,8 @@ def welch_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
     assert sb.mean is not None
     if sa.std == 0 and sb.std == 0:  # no spread at all: the test is degenerate
         return 1.0 if sa.mean == sb.mean else 0.0
+    from scipy import stats as _st
+
     return float(_st.ttest_ind(list(a), list(b), equal_var=False).pvalue)
 
 

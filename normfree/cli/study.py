@@ -187,8 +187,12 @@ def study() -> None:
 
 @study.command("property")
 @click.option("--transform", required=True, help="A catalog transform (shift_h, shift_v, ...).")
-@click.option("--functions", required=True, help="Base functions, comma-separated.")
-@click.option("--values", "values_", required=True, help="Transform values, comma-separated.")
+@click.option(
+    "--functions", default=None, help="Base functions, comma-separated (default: the paper's)."
+)
+@click.option(
+    "--values", "values_", default=None, help="Transform values (default: the paper's grid)."
+)
 @click.option(
     "--baselines", default="layernorm", show_default=True, help="Reference cells ('' for none)."
 )
@@ -198,8 +202,8 @@ def study() -> None:
 @_common
 def study_property(
     transform: str,
-    functions: str,
-    values_: str,
+    functions: str | None,
+    values_: str | None,
     baselines: str,
     shift: str,
     proxy: str,
@@ -214,19 +218,36 @@ def study_property(
 ) -> None:
     """Base functions x transform values x paired seeds: every cell runs."""
     from normfree.specs import StudySpec
+    from normfree.workers.scheduling import paper_grid
 
+    fns, vals, untransformed = _split(functions), [], False
+    if values_ is not None:
+        vals = _floats(values_, "--values")
+    if not fns or values_ is None:
+        try:
+            paper_fns, paper_vals, untransformed = paper_grid(transform)
+        except KeyError:
+            fail(
+                f"transform {transform!r} has no paper grid: give --functions and --values", as_json
+            )
+        fns = fns or paper_fns
+        if values_ is None:
+            vals = paper_vals
+        else:
+            untransformed = False
+    extra = {"untransformed_cell": True} if untransformed else {}
     spec = StudySpec(
         kind="property",
         name=name,
         proxy=proxy,
         seeds=seeds,
-        functions=_split(functions),
+        functions=fns,
         transform=transform,
-        values=_floats(values_, "--values"),
+        values=vals,
         baselines=_split(baselines),
         norm_shift=shift,  # type: ignore[arg-type]
         epochs=epochs,
-        params=_params(lr),
+        params=_params(lr, **extra),
     )
     _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 

@@ -40,11 +40,13 @@ __all__ = [
     "objective_of",
     "option_combinations",
     "paired_seeds",
+    "paper_grid",
     "plan_extra_seeds",
     "plan_grid",
     "search_distributions",
     "search_functions",
     "transform_call",
+    "untransformed_name",
 ]
 
 # Options that configure the norm itself (NormSpec fields); all others override the proxy config.
@@ -79,6 +81,29 @@ def transform_call(transform: str, function: str, value: float) -> str:
     return f"{transform}({function}, {format_value(value)})"
 
 
+def untransformed_name(transform: str, function: str) -> str:
+    """The cell of a grid value ``None``: ``t(f)`` when t takes no parameter, else f itself."""
+    from normfree.search_space import ExpressionError, catalog
+
+    try:
+        return catalog.resolve(f"{transform}({function})").name
+    except (ExpressionError, ValueError, KeyError):
+        return function
+
+
+def paper_grid(transform: str) -> tuple[list[str], list[float], bool]:
+    """The paper's bases and values for ``transform`` (science.md section 3).
+
+    Returns (functions, numeric values, whether the grid has a ``None`` cell: f unclipped, or a
+    parameterless transform). KeyError for a transform without a paper grid.
+    """
+    from normfree.search_space import transforms
+
+    grid = transforms.PAPER_GRIDS[transform]
+    values = [float(v) for v in grid["values"] if v is not None]
+    return list(grid["bases"]), values, any(v is None for v in grid["values"])
+
+
 def paired_seeds(spec: StudySpec) -> list[int]:
     """Seeds ``seed0 .. seed0+seeds-1``: the same list for every cell of a study (paired)."""
     seed0 = int(spec.params.get("seed0", 0))
@@ -111,7 +136,9 @@ def _norm(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
 
 
 def _option_value(name: str, value: Scalar) -> Scalar:
-    if name == "layerscale_init" and isinstance(value, str) and value.lower() in _OFF:
+    if name == "layerscale_init" and (
+        value is False or (isinstance(value, str) and value.lower() in _OFF)
+    ):
         return 0.0
     return value
 
@@ -140,9 +167,16 @@ def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
     base = _base_config(spec)
     cells: list[tuple[NormSpec, dict[str, Scalar], dict[str, Any], str]] = []
     if spec.kind == "property":
-        if not spec.transform or not spec.values:
+        if not spec.transform or not (spec.values or spec.params.get("untransformed_cell")):
             raise ValueError("a property study needs a transform and its values")
         for fn in spec.functions:
+            if spec.params.get("untransformed_cell"):
+                # The paper's "unclipped too" / parameterless cells: f itself, or t(f) when the
+                # transform takes no parameter (sign_flip).
+                name = untransformed_name(spec.transform, fn)
+                cells.append(
+                    (_norm(name, spec), {}, {"function": fn, spec.transform: None}, "cell")
+                )
             for v in spec.values:
                 norm = _norm(transform_call(spec.transform, fn, v), spec)
                 cells.append((norm, {}, {"function": fn, spec.transform: float(v)}, "cell"))
@@ -295,11 +329,7 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
 
 def objective_of(proxy: str) -> tuple[str, Literal["maximize", "minimize"]]:
     """The proxy's primary metric and its direction (what searches optimise and prune on)."""
-    from normfree.workers.proxies import PROXIES
+    from normfree.workers.proxies import get_preset
 
-    preset = PROXIES[proxy]
-    name = getattr(preset, "objective", None)
-    direction = getattr(preset, "direction", None)
-    if name is None:  # presets that do not say: classifiers maximise accuracy
-        name, direction = ("val_acc", "maximize") if "vit" in proxy else ("val_loss", "minimize")
-    return str(name), direction or "maximize"
+    preset = get_preset(proxy)
+    return preset.objective, preset.direction

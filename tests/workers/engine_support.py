@@ -1,0 +1,61 @@
+"""Shared helpers of the engine's tests (scheduling, execution, driver, faults, end-to-end).
+
+One embedded Ray per test module (2 CPUs: the two one-thread trials side by side this machine
+runs), ended with ``ray.shutdown()`` (never ``ray stop``: that kills every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from normfree.settings import Settings
+
+
+def engine_settings(database_url: str, **kw: Any) -> Settings:
+    """Settings for one test: its own database, short leases, one thread per trial."""
+    base: dict[str, Any] = {
+        "database_url": database_url,
+        "lease_seconds": 20.0,
+        "max_attempts": 3,
+        "trial_threads": 1,
+        "trial_cpus": 1.0,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+def ray_cluster() -> Iterator[None]:
+    """Start an embedded Ray for a test module and shut it down after."""
+    import ray
+
+    from normfree.workers.execution import RayExecutor
+
+    if ray.is_initialized():  # another module's cluster: reuse it, do not own it
+        yield
+        return
+    ex = RayExecutor(Settings(), num_cpus=2).start()
+    try:
+        yield
+    finally:
+        ex.shutdown()
+
+
+def drop_optuna_database(database_url: str) -> None:
+    """The PostgreSQL fixtures drop our database; Optuna's sibling is ours to drop."""
+    from types import SimpleNamespace
+
+    from normfree.storage import drop_database, optuna_storage_url
+
+    url = optuna_storage_url(SimpleNamespace(database_url=database_url, optuna_storage_url=None))
+    if url.startswith("postgresql"):
+        drop_database(url)
+
+
+@pytest.fixture
+def engine_db(database_url: str) -> Iterator[str]:
+    """``database_url`` (both backends) plus cleanup of Optuna's PostgreSQL database."""
+    yield database_url
+    drop_optuna_database(database_url)

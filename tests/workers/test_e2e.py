@@ -1,0 +1,107 @@
+"""End to end on real parts: a tiny property study and a pruned search, local Ray, both DBs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import optuna
+import pytest
+
+from normfree.specs import StudySpec
+from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
+from normfree.workers.execution import RayExecutor, TrialStore
+from tests.workers.engine_support import drop_optuna_database, engine_settings, ray_cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray() -> Iterator[None]:
+    yield from ray_cluster()
+
+
+@pytest.fixture
+def url(database_url: str) -> Iterator[str]:
+    yield database_url
+    drop_optuna_database(database_url)
+
+
+def test_property_study_end_to_end(url: str) -> None:
+    settings = engine_settings(url)
+    spec = StudySpec(
+        kind="property",
+        proxy="vit-tiny",
+        seeds=2,
+        functions=["erf", "tanh"],
+        transform="shift_h",
+        values=[-1.0, 0.5],
+        baselines=["layernorm"],
+        epochs=1,
+    )
+    study_id = create_study(spec, settings=settings)
+    store = TrialStore(url)
+    assert store.repo.study_progress(study_id)["counts"]["WAITING"] == 10
+    seen: list[dict[str, int]] = []
+    summary = StudyDriver(
+        study_id, settings=settings, executor=RayExecutor(settings), on_progress=seen.append
+    ).run()
+    assert summary.status == "complete" and summary.dispatched == 10 and summary.retried == 0
+    trials = store.repo.list_trials(study_id)
+    assert len(trials) == 10 and {t["status"] for t in trials} == {"COMPLETE"}
+    assert all(t["attempt"] == 1 and t["value"] is not None for t in trials)
+    # Each trial wrote its curve; the epoch rows exist once per epoch.
+    detail = store.repo.get_trial(trials[0]["id"])
+    assert [c["epoch"] for c in detail["curves"]] == [1]
+    # Optuna holds one finished trial per run, and each row knows its number.
+    numbers = {t["optuna_number"] for t in trials}
+    assert None not in numbers and len(numbers) == 10
+    ostudy = optuna.load_study(
+        study_name=optuna_study_name(study_id), storage=store.optuna_storage()
+    )
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in ostudy.trials) == 10
+    # Leaderboard: 5 arms x 2 paired seeds, each compared with LayerNorm on the same seeds.
+    board = store.repo.leaderboard("vit-tiny", study_id=study_id)
+    assert len(board) == 5 and all(r["n"] == 2 for r in board)
+    assert all(r["vs_layernorm"]["n_pairs"] == 2 for r in board if r["candidate"] != "layernorm")
+    assert seen and sum(seen[-1].values()) == 10
+    # Running a finished study again does nothing.
+    again = StudyDriver(study_id, settings=settings).run()
+    assert again.dispatched == 0 and again.status == "complete"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
+    settings = engine_settings(url)
+    spec = StudySpec(
+        kind="search",
+        proxy="dit-tiny",  # continuous objective (val_loss): rungs have a strict order
+        functions=["erf", "tanh", "arctan", "isru", "linear", "sin", "dampx", "smoothsign"],
+        seeds=1,
+        epochs=3,
+        sampler="tpe",
+        pruner="sha",
+        n_trials=8,
+        extra_seeds_for_top=1,
+        params={"top_arms": 2, "n_startup_trials": 4, "reduction_factor": 2},
+    )
+    study_id = create_study(spec, settings=settings)
+    summary = StudyDriver(study_id, settings=settings, max_parallel=2).run()
+    assert summary.status == "complete"
+    store = TrialStore(url)
+    trials = store.repo.list_trials(study_id)
+    pruned = [t for t in trials if t["status"] == "PRUNED"]
+    assert pruned, "successive halving pruned nothing"
+    # A pruned trial stopped early: fewer epochs recorded than the budget.
+    curve = store.repo.get_trial(pruned[0]["id"])["curves"]
+    assert 1 <= len(curve) < 3
+    ostudy = optuna.load_study(
+        study_name=optuna_study_name(study_id), storage=store.optuna_storage()
+    )
+    states = [t.state for t in ostudy.trials]
+    assert len(states) == 8 and optuna.trial.TrialState.PRUNED in states
+    assert optuna.trial.TrialState.RUNNING not in states
+    # The two best arms got a second seed (seed 1), no other arm did.
+    extra = [t for t in trials if t["seed"] == 1]
+    assert len(extra) == 2 and all(t["optuna_number"] is None for t in extra)
+    assert {t["status"] for t in extra} <= {"COMPLETE", "DIVERGED"}
+    board = store.repo.leaderboard("dit-tiny", study_id=study_id)
+    assert board[0]["direction"] == "minimize"
+    assert {r["candidate"] for r in board if r["n"] == 2} == {t["candidate"] for t in extra}

@@ -56,13 +56,15 @@ def create_app(
     *,
     run_studies: bool | None = None,
     migrate: bool = True,
+    prescreen: bool = True,
 ) -> FastAPI:
     """Build the API and dashboard over ``settings`` (default: the process settings).
 
     ``run_studies``: start studies created through the API in a background runner inside this
-    process (the embedded default of ``normfree serve``). ``None`` reads it from the settings
-    (``NORMFREE_API_RUN_STUDIES`` is not a setting yet, so: on). Tests that only want rows pass
-    ``False``. ``migrate`` upgrades the schema at start (Alembic, idempotent).
+    process (the embedded default of ``normfree serve``; ``None`` means on). Tests that only want
+    rows pass ``False``. ``migrate`` upgrades the schema at start (Alembic, idempotent).
+    ``prescreen=False`` skips the zero-cost prescreen of submissions (fuzzing only: it costs
+    seconds per new formula).
     """
     from normfree.api import services
     from normfree.api.routers import (
@@ -75,7 +77,9 @@ def create_app(
     )
 
     settings = settings or get_settings()
-    state = services.ServiceState.open(settings, migrate=migrate, run_studies=run_studies)
+    state = services.ServiceState.open(
+        settings, migrate=migrate, run_studies=run_studies, prescreen=prescreen
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

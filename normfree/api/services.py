@@ -140,15 +140,23 @@ class ServiceState:
     settings: Settings
     repo: Any
     runner: StudyRunner | None = None
+    # Run the zero-cost prescreen on submissions (off only for fuzzing, where thousands of
+    # random valid formulas would each cost seconds).
+    prescreen: bool = True
     started_at: float = field(default_factory=time.time)
 
     @classmethod
     def open(
-        cls, settings: Settings, *, migrate: bool = True, run_studies: bool | None = None
+        cls,
+        settings: Settings,
+        *,
+        migrate: bool = True,
+        run_studies: bool | None = None,
+        prescreen: bool = True,
     ) -> ServiceState:
         repo = open_repository(settings, migrate=migrate)
         runner = StudyRunner(settings) if run_studies or run_studies is None else None
-        return cls(settings=settings, repo=repo, runner=runner)
+        return cls(settings=settings, repo=repo, runner=runner, prescreen=prescreen)
 
     @property
     def db(self) -> Any:
@@ -233,6 +241,9 @@ def _resolve_cached(text: str) -> Any:
     try:
         return catalog.resolve(text)
     except (ExpressionError, KeyError, ValueError):
+        return None
+    except Exception:  # any other failure on odd text is still "not a known candidate"
+        log.warning("catalog.resolve failed on %r", text[:100], exc_info=True)
         return None
 
 
@@ -319,7 +330,29 @@ def _parse_formula(formula: str, name: str) -> Any:
         ) from None
 
 
+_PRESCREEN_CACHE: dict[str, S.PrescreenPublic] = {}
+_PRESCREEN_CACHE_MAX = 1024
+
+
 def run_prescreen(candidate: Any) -> S.PrescreenPublic:
+    """The zero-cost prescreen, cached per function (fingerprint) in this process.
+
+    Deterministic for a function (fixed seed), so a resubmission or a duplicate reuses the
+    answer instead of spending seconds of CPU again.
+    """
+    key = f"{PRESCREEN_PROXY}:{candidate.fingerprint}"
+    hit = _PRESCREEN_CACHE.get(key)
+    if hit is not None:
+        return hit
+    out = _run_prescreen(candidate)
+    if out.error is None:
+        if len(_PRESCREEN_CACHE) >= _PRESCREEN_CACHE_MAX:
+            _PRESCREEN_CACHE.pop(next(iter(_PRESCREEN_CACHE)))
+        _PRESCREEN_CACHE[key] = out
+    return out
+
+
+def _run_prescreen(candidate: Any) -> S.PrescreenPublic:
     """The zero-cost prescreen, bounded to seconds; a failure is reported, never raised."""
     t0 = time.perf_counter()
     try:
@@ -438,7 +471,7 @@ def submit_candidate(
             {"field": "name", "existing_formula": existing.get("formula")},
         )
     duplicate = find_duplicate(repo, cand)
-    screen = run_prescreen(cand) if prescreen else None
+    screen = run_prescreen(cand) if prescreen and state.prescreen else None
     pub = _candidate_public(cand, source="user")
     if duplicate is not None:
         return S.CandidateSubmitted(
@@ -657,6 +690,27 @@ def _study_public(state: ServiceState, row: Mapping[str, Any]) -> S.StudyPublic:
     )
 
 
+# ``StudySpec.params`` keys the engine reads (see workers.scheduling); anything else is a typo.
+STUDY_PARAMS = frozenset(
+    {
+        "seed0",
+        "dataset",
+        "lr",
+        "weight_decay",
+        "warmup_epochs",
+        "overrides",
+        "affine",
+        "alpha0_range",
+        "lr_range",
+        "n_startup_trials",
+        "top_arms",
+        "reduction_factor",
+        "min_resource",
+        "sampler_seed",
+    }
+)
+
+
 def validate_study(data: S.StudyCreate) -> StudySpec:
     """Check a study request against the registries before anything is written (-> 422)."""
     from normfree.workers.proxies import PROXIES
@@ -676,6 +730,16 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
     for fn in data.functions:
         if _resolve_cached(fn) is None and fn not in BASELINES:
             problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
+    unknown = sorted(set(data.params) - STUDY_PARAMS)
+    if unknown:
+        problems.append(f"params: unknown {unknown}; allowed: {sorted(STUDY_PARAMS)}")
+    if data.proxy in PROXIES and data.options:
+        from normfree.workers.scheduling import NORM_OPTIONS
+
+        allowed = set(NORM_OPTIONS) | set(PROXIES[data.proxy].config_fields())
+        bad = sorted(set(data.options) - allowed)
+        if bad:
+            problems.append(f"options: unknown {bad}; allowed for {data.proxy}: {sorted(allowed)}")
     for b in data.baselines:
         if b not in BASELINES:
             problems.append(f"baselines: {b!r} is not one of {list(BASELINES)}")
@@ -704,7 +768,9 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
 
     try:
         study_id = engine_create_study(spec, settings=state.settings)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
+        # Planning validates everything the registries know (transform names, value types in
+        # params, ...): the engine's reason is the message.
         raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
     if state.runner is not None:
         state.runner.submit(study_id)

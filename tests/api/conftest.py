@@ -1,0 +1,78 @@
+"""Fixtures for the API tests: a real app over a real database, a write token, seeded studies.
+
+Apps are built with ``run_studies=False``: creating a study plans its rows through the engine but
+no Ray cluster starts inside the test process (the engine's own tests run studies end to end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from normfree.api import create_app
+from normfree.settings import Settings
+from tests.api.seeding import Seeded, seed_property_study
+
+
+@dataclass
+class Api:
+    """A TestClient over a fresh app plus the handles a test needs."""
+
+    client: TestClient
+    settings: Settings
+    token: str
+    app: Any
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def repo(self) -> Any:
+        return self.app.state.services.repo
+
+
+def _drop_optuna_sibling(settings: Settings) -> None:
+    """PostgreSQL: the engine creates ``<db>_optuna`` beside the test database; drop it too."""
+    from normfree.storage import drop_database, optuna_storage_url
+
+    if settings.database_url.startswith("postgresql"):
+        with suppress(Exception):
+            drop_database(optuna_storage_url(settings))
+
+
+@pytest.fixture
+def make_api(tmp_path: Any) -> Iterator[Callable[..., Api]]:
+    """Factory: ``make_api(database_url, **settings_overrides)`` -> a started :class:`Api`."""
+    opened: list[tuple[TestClient, Settings]] = []
+
+    def factory(database_url: str, *, prescreen: bool = True, **overrides: Any) -> Api:
+        settings = Settings(database_url=database_url, **overrides)
+        app = create_app(settings, run_studies=False, prescreen=prescreen)
+        client = TestClient(app)
+        client.__enter__()
+        opened.append((client, settings))
+        token = app.state.services.repo.create_token(f"tester{len(opened)}")
+        return Api(client, settings, token, app)
+
+    yield factory
+    for client, settings in opened:
+        client.__exit__(None, None, None)
+        _drop_optuna_sibling(settings)
+
+
+@pytest.fixture
+def api(make_api: Callable[..., Api], sqlite_database_url: str) -> Api:
+    """The app over a fresh SQLite file (most tests)."""
+    return make_api(sqlite_database_url, max_request_bytes=16 * 1024)
+
+
+@pytest.fixture
+def seeded(api: Api) -> Seeded:
+    """A finished property study in ``api``'s database (synthetic results, one diverged cell)."""
+    return seed_property_study(api.settings)

@@ -71,7 +71,6 @@ def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
         return float(grid[np.argmax(~np.isfinite(vals))])
     if np.any(vals == 0):
         return float(grid[np.argmax(vals == 0)])
-    scale = max(1.0, float(np.median(vals)))
     # Indices of local minima of |g| (including sign changes, where |g| dips between points).
     interior = np.where((vals[1:-1] <= vals[:-2]) & (vals[1:-1] <= vals[2:]))[0] + 1
     candidates = interior[np.argsort(vals[interior])][:_MAX_MINIMA]
@@ -83,7 +82,8 @@ def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
             method="bounded",
             options={"xatol": 1e-13, "maxiter": 200},
         )
-        if res.fun <= 1e-9 * scale:
+        # Treated as a zero: within 1e-11 (relative to the neighbours' size, at least 1).
+        if res.fun <= 1e-11 * max(1.0, float(vals[i])):
             return float(res.x)
     return None
 

@@ -343,11 +343,12 @@ class _Parser:
         value = None
         if base.value is not None:
             try:
-                value = float(base.value**exponent.value)
-            except (OverflowError, ZeroDivisionError, TypeError):
+                raw = base.value**exponent.value
+            except (OverflowError, ZeroDivisionError):
                 raise ExpressionError("constant power is too large or undefined", pos) from None
-            if isinstance(base.value**exponent.value, complex):
+            if isinstance(raw, complex):
                 raise ExpressionError("constant power is not real", pos)
+            value = float(raw)
             self.constant(value, pos, "constant power")
         if base.expr == sympy.E:
             return _Node(sympy.exp(exponent.expr), value)
@@ -406,9 +407,9 @@ class _Parser:
         self.enter(name_tok.pos)
         args = [self.expr()]
         while self.tok.kind == "op" and self.tok.text == ",":
-            self.advance()
+            comma = self.advance()
             if len(args) >= hi:
-                raise ExpressionError(f"{name}() takes at most {hi} argument(s)", self.tok.pos)
+                raise ExpressionError(f"{name}() takes at most {hi} argument(s)", comma.pos)
             args.append(self.expr())
         self.expect(")")
         self.leave()

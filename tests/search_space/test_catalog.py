@@ -1,0 +1,115 @@
+"""The catalog equals science.md: names, groups, formulas (numerically), citations, baselines."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+from normfree.search_space import Candidate, ExpressionError, evaluate, plot_data
+from tests.search_space.conftest import GRID, REFERENCES, SEARCH16
+
+
+def test_the_16_search_candidates_by_exact_name_and_group(catalog):
+    assert [c.name for c in catalog.search16()] == SEARCH16
+    groups = {c.name: c.group for c in catalog.search16()}
+    assert [n for n, g in groups.items() if g == "natural"] == ["erf", "tanh", "arctan"]
+    assert [n for n, g in groups.items() if g == "ratio"] == ["smoothsign", "saturlog"]
+    assert sum(g == "clipped unbounded" for g in groups.values()) == 5
+    assert sum(g == "transformed" for g in groups.values()) == 6
+    for c in catalog.all():
+        assert c.citation, c.name
+        assert c.lineage.base == c.name and c.lineage.steps == ()
+
+
+def test_families_and_unique_names(catalog):
+    names = [c.name for c in catalog.all()]
+    assert len(names) == len(set(names))
+    assert [c.name for c in catalog.all("growth")] == [
+        "linear",
+        "power23",
+        "logsign",
+        "logquad",
+        "asinh",
+    ]
+    assert [c.name for c in catalog.all("non-monotonic")] == ["sin", "dampx", "dampexp"]
+    assert set(names) == set(REFERENCES)
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_entry_equals_science_formula_on_dense_grid(catalog, name):
+    c = catalog.get(name)
+    expected = REFERENCES[name](GRID)
+    got = evaluate(c, GRID)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
+    # torch float64 and float32 agree with the reference too
+    t64 = evaluate(c, torch.tensor(GRID, dtype=torch.float64))
+    np.testing.assert_allclose(t64.numpy(), expected, rtol=1e-12, atol=1e-13)
+    t32 = evaluate(c, torch.tensor(GRID, dtype=torch.float32))
+    assert t32.dtype == torch.float32
+    np.testing.assert_allclose(t32.double().numpy(), expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["erf", "tanh", "arctan", "isru", "saturlog", "exproot"])
+def test_entry_agrees_with_mpmath_at_high_precision(catalog, name):
+    mp_refs = {
+        "erf": mpmath.erf,
+        "tanh": mpmath.tanh,
+        "arctan": lambda u: 2 / mpmath.pi * mpmath.atan(u),
+        "isru": lambda u: u / mpmath.sqrt(u**2 + 1),
+        "saturlog": lambda u: (
+            mpmath.log(abs(u) + 1) / (mpmath.log(abs(u) + 1) + 1) * mpmath.sign(u)
+        ),
+        "exproot": lambda u: mpmath.sign(u) * (1 - mpmath.exp(-mpmath.sqrt(abs(u)))),
+    }
+    pts = np.array([-7.5, -1.3, -0.2, 0.0, 1e-5, 0.7, 2.0, 9.0])
+    got = evaluate(catalog.get(name), pts)
+    with mpmath.workdps(30):
+        want = [float(mp_refs[name](mpmath.mpf(float(p)))) for p in pts]
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+def test_baselines_are_reference_entries(catalog):
+    assert [b.name for b in catalog.baselines()] == ["layernorm", "rmsnorm", "identity"]
+    assert all(catalog.is_baseline(b.name) for b in catalog.baselines())
+    with pytest.raises(KeyError, match="baseline"):
+        catalog.get("layernorm")
+    with pytest.raises(ExpressionError, match="baseline"):
+        catalog.resolve("rmsnorm")
+    with pytest.raises(KeyError, match="unknown candidate"):
+        catalog.get("nope")
+
+
+def test_get_is_cached_and_resolve_accepts_names_and_formulas(catalog):
+    assert catalog.get("erf") is catalog.get("erf")
+    assert catalog.resolve(" erf ") is catalog.get("erf")
+    c = catalog.resolve("u/(1+abs(u))")
+    assert isinstance(c, Candidate) and c.group == "user"
+    with pytest.raises(ExpressionError):
+        catalog.resolve("no_such_function(u)")
+
+
+def test_evaluate_keeps_type_shape_and_dtype(catalog):
+    c = catalog.get("tanh")
+    x = torch.linspace(-3, 3, 12, dtype=torch.float32).reshape(3, 4)
+    y = c(x)
+    assert y.shape == (3, 4) and y.dtype == torch.float32
+    torch.testing.assert_close(y, torch.tanh(x))
+    fn = c.torch_fn(derivative=True)
+    torch.testing.assert_close(fn(x), 1 - torch.tanh(x) ** 2)
+    assert float(evaluate(c, 0.5)) == pytest.approx(np.tanh(0.5))
+    # constant function keeps the input shape
+    const = catalog.get("linear")  # derivative is the constant 1
+    assert const.torch_fn(derivative=True)(x).shape == x.shape
+
+
+def test_plot_data(catalog):
+    d = plot_data(catalog.get("expsign"), lo=-5, hi=5, n=401)
+    assert set(d) == {"u", "f", "df"}
+    assert all(len(v) == 401 for v in d.values())
+    i = d["u"].index(0.0)
+    assert d["f"][i] == 0.0 and d["df"][i] == 1.0
+    assert all(np.isfinite(d["df"]))
+    with pytest.raises(ValueError):
+        plot_data(catalog.get("erf"), lo=1, hi=0)

@@ -154,7 +154,10 @@ class TrialRow(Base):
     seed: Mapped[int] = mapped_column(Integer)
     config: Mapped[dict[str, Any]] = mapped_column()  # the whole TrialConfig as JSON
     status: Mapped[str] = mapped_column(String(20), default="WAITING")
+    # attempt counts every lease (a fencing token: a stale worker's writes name an old attempt);
+    # releases counts leases handed back uncharged (pause). Retries are bounded by the difference.
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    releases: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[datetime | None] = mapped_column()
     optuna_number: Mapped[int | None] = mapped_column(Integer)

@@ -176,6 +176,7 @@ def _trial_dict(row: TrialRow, details: bool = False) -> dict[str, Any]:
         "config": row.config,
         "status": row.status,
         "attempt": row.attempt,
+        "releases": row.releases or 0,
         "lease_owner": row.lease_owner,
         "lease_expires_at": _iso(row.lease_expires_at),
         "optuna_number": row.optuna_number,
@@ -579,17 +580,20 @@ class Repository:
         now = now or utcnow()
         max_attempts = self.max_attempts if max_attempts is None else max_attempts
         expired = and_(TrialRow.status == "RUNNING", TrialRow.lease_expires_at < now)
-        q = select(TrialRow.id, TrialRow.attempt, TrialRow.lease_owner).where(expired)
+        q = select(TrialRow.id, TrialRow.attempt, TrialRow.releases, TrialRow.lease_owner).where(
+            expired
+        )
         if self.db.is_postgres:
             q = q.with_for_update(skip_locked=True)
         moved: list[int] = []
         with self.db.session() as s:
-            for tid, attempt, owner in s.execute(q).all():
+            for tid, attempt, releases, owner in s.execute(q).all():
                 lost = f"lease expired on attempt {attempt} (worker {owner or '?'} lost)"
-                if attempt >= max_attempts:
+                charged = attempt - (releases or 0)
+                if charged >= max_attempts:
                     values: dict[str, Any] = {
                         "status": "FAILED",
-                        "error": f"{lost}; gave up after {attempt} of {max_attempts} attempts",
+                        "error": f"{lost}; gave up after {charged} of {max_attempts} attempts",
                         "finished_at": now,
                     }
                 else:
@@ -718,7 +722,7 @@ class Repository:
             row = s.scalar(select(TrialRow).where(self._held(trial_id, owner, attempt)))
             if row is None:
                 return False
-            again = retry and row.attempt < self.max_attempts
+            again = retry and row.attempt - (row.releases or 0) < self.max_attempts
             values: dict[str, Any] = {"error": reason, "lease_expires_at": None, "updated_at": now}
             if again:
                 values.update(status="WAITING", lease_owner=None)
@@ -726,6 +730,54 @@ class Repository:
                 values.update(status="FAILED", finished_at=now)
             res = s.execute(
                 update(TrialRow).where(self._held(trial_id, owner, attempt)).values(**values)
+            )
+            return res.rowcount == 1
+
+    def release_lease(
+        self, trial_id: int, owner: str, attempt: int, reason: str | None = None
+    ) -> bool:
+        """The lease holder hands the trial back to WAITING without charging an attempt.
+
+        For a study paused under a running trial. ``attempt`` is not decremented (it stays the
+        lease's fencing token, so the old worker's late writes are still refused); ``releases``
+        is incremented instead and retries are bounded by ``attempt - releases``. False (no-op)
+        when the lease is not held.
+        """
+        now = utcnow()
+        with self.db.session() as s:
+            res = s.execute(
+                update(TrialRow)
+                .where(self._held(trial_id, owner, attempt))
+                .values(
+                    status="WAITING",
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    releases=TrialRow.releases + 1,
+                    error=reason,
+                    updated_at=now,
+                )
+            )
+            return res.rowcount == 1
+
+    def cancel_running(
+        self, trial_id: int, owner: str, attempt: int, reason: str = "study cancelled"
+    ) -> bool:
+        """The lease holder stops a trial for good: CANCELLED (like ``cancel_waiting``).
+
+        False (no-op) when the lease is not held.
+        """
+        now = utcnow()
+        with self.db.session() as s:
+            res = s.execute(
+                update(TrialRow)
+                .where(self._held(trial_id, owner, attempt))
+                .values(
+                    status="CANCELLED",
+                    lease_expires_at=None,
+                    error=reason,
+                    finished_at=now,
+                    updated_at=now,
+                )
             )
             return res.rowcount == 1
 
@@ -753,6 +805,16 @@ class Repository:
                 .options(selectinload(TrialRow.curves), selectinload(TrialRow.diagnostics))
             )
             return _trial_dict(row, details=True) if row else None
+
+    def get_trial_by_key(self, study_id: int, trial_key: str) -> dict[str, Any] | None:
+        """The study's trial with ``TrialConfig.key() == trial_key`` (with curves), or None."""
+        with self.db.session(readonly=True) as s:
+            tid = s.scalar(
+                select(TrialRow.id).where(
+                    TrialRow.study_id == study_id, TrialRow.trial_key == trial_key
+                )
+            )
+        return self.get_trial(tid) if tid is not None else None
 
     def list_trials(
         self,

@@ -29,7 +29,7 @@ def _query_indexes(insp: object, table: str) -> set[str]:
 
 def test_migrated_schema_matches_models(db: Database) -> None:
     """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
-    assert db.current_revision() == head(db) == "0002"
+    assert db.current_revision() == head(db) == "0003"
     with db.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(ctx, Base.metadata) == []
@@ -38,26 +38,30 @@ def test_migrated_schema_matches_models(db: Database) -> None:
 def test_migrate_is_idempotent(db: Database) -> None:
     db.migrate()
     db.migrate()
-    assert db.current_revision() == "0002"
+    assert db.current_revision() == "0003"
 
 
 def test_revisions_add_what_they_say(database_url: str) -> None:
-    """0001: the tables with their keys; 0002: the query indexes and api_tokens."""
+    """0001: tables and keys; 0002: query indexes and api_tokens; 0003: trials.releases."""
     db = Database(database_url)
     try:
         db.migrate("0001")
         insp = inspect(db.engine)
         assert "api_tokens" not in insp.get_table_names()
         assert _query_indexes(insp, "trials") == set()
-        db.migrate()
+        db.migrate("0002")
         insp = inspect(db.engine)
         assert "api_tokens" in insp.get_table_names()
+        assert "releases" not in {c["name"] for c in insp.get_columns("trials")}
         assert _query_indexes(insp, "trials") == {
             "ix_trials_leaderboard",
             "ix_trials_study_status",
             "ix_trials_lease",
             "ix_trials_context_seed",
         }
+        db.migrate()
+        insp = inspect(db.engine)
+        assert "releases" in {c["name"] for c in insp.get_columns("trials")}
     finally:
         db.dispose()
 
@@ -69,7 +73,7 @@ def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
     try:
         assert db.current_revision() == "0001"
         db.migrate()
-        assert db.current_revision() == "0002"
+        assert db.current_revision() == "0003"
         repo = Repository(db)
         cand = repo.get_candidate("erf")
         assert cand is not None
@@ -136,7 +140,7 @@ def test_optuna_study_lives_beside_ours(db: Database) -> None:
         st.optimize(lambda t: t.suggest_float("x", -1, 1) ** 2, n_trials=2)
         assert len(optuna.load_study(study_name="normfree-study-1", storage=url).trials) == 2
         # our schema is untouched by Optuna's
-        assert db.current_revision() == "0002"
+        assert db.current_revision() == "0003"
         assert "trial_key" in {c["name"] for c in inspect(db.engine).get_columns("trials")}
     finally:
         if created:

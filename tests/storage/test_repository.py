@@ -532,3 +532,52 @@ def test_leaderboard_minimize_and_metric(repo: Repository) -> None:
     flipped = repo.leaderboard(PROXY, metric="other", direction="maximize")
     assert [r["candidate"] for r in flipped] == ["tanh", "erf"]
     assert flipped[0]["mean"] == pytest.approx(-0.6)
+
+
+def test_release_lease_is_uncharged_but_fenced(repo: Repository) -> None:
+    """A paused trial goes back uncharged; the old lease still cannot write."""
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("erf")])
+    first = repo.lease_next(sid, "driver", 60)
+    assert first is not None
+    assert not repo.release_lease(tid, "other", first.attempt)
+    assert repo.release_lease(tid, "driver", first.attempt, reason="study paused")
+    t = repo.get_trial(tid)
+    assert t is not None
+    assert (t["status"], t["attempt"], t["releases"], t["error"]) == (
+        "WAITING",
+        1,
+        1,
+        "study paused",
+    )
+    # released three times, then three real losses: only the losses count against max_attempts
+    for _ in range(2):
+        lease = repo.lease_next(sid, "driver", 60)
+        assert lease is not None
+        assert repo.release_lease(tid, "driver", lease.attempt)
+    later = utcnow() + timedelta(seconds=120)
+    for loss in (1, 2, 3):
+        lease = repo.lease_next(sid, "driver", 60)
+        assert lease is not None
+        assert lease.attempt == 3 + loss
+        # the first lease's writes are refused although owner and study are the same
+        assert not repo.finish_trial(tid, "driver", first.attempt, complete(0.5))
+        repo.requeue_expired(now=later)
+        expected = "WAITING" if loss < 3 else "FAILED"
+        assert repo.get_trial(tid)["status"] == expected  # type: ignore[index]
+
+
+def test_cancel_running_and_get_by_key(repo: Repository) -> None:
+    sid = study(repo)
+    ids = repo.add_trials(sid, [cfg("erf"), cfg("tanh")])
+    assert repo.get_trial_by_key(sid, cfg("tanh").key())["id"] == ids[1]  # type: ignore[index]
+    assert repo.get_trial_by_key(sid, "nope") is None
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    assert not repo.cancel_running(lease.id, "other", lease.attempt)
+    assert repo.cancel_running(lease.id, "w", lease.attempt)
+    assert not repo.finish_trial(lease.id, "w", lease.attempt, complete(0.9))
+    t = repo.get_trial(lease.id)
+    assert t is not None
+    assert (t["status"], t["error"]) == ("CANCELLED", "study cancelled")
+    assert repo.study_progress(sid)["finished"] == 1

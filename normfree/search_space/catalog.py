@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from normfree.search_space._parser import Token, parse_expr_text, tokenize
+from normfree.search_space._parser import FUNCTIONS, Token, parse_expr_text, tokenize
 from normfree.search_space.candidate import Candidate, Lineage, build_candidate
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.transforms import TRANSFORMS, apply
@@ -212,7 +212,11 @@ class _CallParser:
                 raise ExpressionError(exc.message, t.pos) from None
         if t.text in _BY_NAME:
             return get(t.text)
-        raise ExpressionError(f"unknown catalog name {t.text!r}", t.pos)
+        raise ExpressionError(
+            f"unknown catalog name {t.text!r} (a transform takes a catalog name or another "
+            "transform call; to transform your own formula use the Python API on parse(...))",
+            t.pos,
+        )
 
     def number(self) -> float:
         sign = 1.0
@@ -227,7 +231,14 @@ class _CallParser:
 
 
 def _is_transform_call(tokens: list[Token]) -> bool:
-    """A transform name, "(", then a catalog name or another transform call."""
+    """A transform call: a transform name that is not also a formula function (clip is both),
+    or a transform name, "(", then a catalog name or another transform call."""
+    if (
+        tokens[0].kind == "name"
+        and tokens[0].text in TRANSFORMS
+        and tokens[0].text not in FUNCTIONS
+    ):
+        return True
     return (
         len(tokens) >= 4
         and tokens[0].kind == "name"

@@ -8,8 +8,9 @@ Databases (owned by the storage helper; use them instead of building URLs yourse
   ``[postgresql]``; the PostgreSQL case carries the ``postgres`` marker (``-m "not postgres"``
   deselects it). The schema is NOT created: call ``Database(url).migrate()`` or use ``db``.
 - ``sqlite_database_url`` / ``postgres_database_url``: one backend only, same lifetimes.
-- ``db``: a migrated ``normfree.storage.Database`` over ``database_url`` (both backends),
-  disposed after the test. ``repo``: a ``normfree.storage.Repository`` over ``db``.
+- ``db``: a migrated, empty ``normfree.storage.Database`` on each backend (same ids). One
+  database per backend serves the whole session and is emptied before each test (fast); do not
+  dispose it or alter its schema. ``repo``: a ``normfree.storage.Repository`` over ``db``.
 - ``postgres_server_url``: the server URL (session-wide), for tests that manage databases.
 
 When the PostgreSQL server is unreachable the PostgreSQL cases skip with the reason, except
@@ -22,6 +23,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,17 +95,67 @@ def database_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("postgres_database_url")
 
 
-@pytest.fixture
-def db(database_url: str) -> Iterator[object]:
-    """A migrated ``normfree.storage.Database`` on each backend."""
-    from normfree.storage import Database
+@pytest.fixture(
+    scope="session",
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+)
+def _migrated_database(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """One migrated database per backend for the whole session (``db`` empties it per test).
 
-    database = Database(database_url)
-    database.migrate()
+    Creating and migrating a PostgreSQL database costs about a second per test; emptying the
+    tables costs milliseconds, and the tests stay as isolated (ids restart too).
+    """
+    from sqlalchemy.engine import make_url
+
+    from normfree.storage import Database, drop_database, ensure_database, normalize_url
+
+    pg_url = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('shared-db') / 'normfree.db'}"
+    else:
+        server = request.getfixturevalue("postgres_server_url")
+        name = f"normfree_test_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+        url = pg_url = (
+            make_url(normalize_url(server)).set(database=name).render_as_string(hide_password=False)
+        )
+        ensure_database(url)
+    database = Database(url)
     try:
+        database.migrate()
         yield database
     finally:
         database.dispose()
+        if pg_url is not None:
+            drop_database(pg_url)
+
+
+def _empty_tables(database: Any) -> None:
+    """Delete every row of normfree's tables (not alembic_version); ids start again at 1."""
+    from sqlalchemy import text
+
+    from normfree.storage.models import Base
+
+    tables = list(reversed(Base.metadata.sorted_tables))  # children before parents
+    with database.session() as s:
+        if database.is_postgres:
+            names = ", ".join(f'"{t.name}"' for t in tables)
+            s.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        else:
+            for t in tables:
+                s.execute(t.delete())
+
+
+@pytest.fixture
+def db(_migrated_database: object) -> object:
+    """A migrated, empty ``normfree.storage.Database`` on each backend ([sqlite], [postgresql]).
+
+    Shared across the session and emptied before each test: do not ``dispose()`` it and do not
+    change its schema (take ``database_url`` and migrate it yourself for that).
+    """
+    _empty_tables(_migrated_database)
+    return _migrated_database
 
 
 @pytest.fixture

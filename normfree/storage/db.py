@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -193,7 +194,15 @@ def ensure_database(url: str) -> bool:
             ).scalar()
             if exists:
                 return False
-            conn.exec_driver_sql(f'CREATE DATABASE "{_pg_ident(name)}"')
+            try:
+                conn.exec_driver_sql(f'CREATE DATABASE "{_pg_ident(name)}"')
+            except DBAPIError:
+                # Another process created it between our check and our CREATE: that is fine.
+                if conn.exec_driver_sql(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+                ).scalar():
+                    return False
+                raise
             return True
     finally:
         engine.dispose()

@@ -842,6 +842,18 @@ class Repository:
         with self.db.session(readonly=True) as s:
             return [_trial_dict(r) for r in s.scalars(q)]
 
+    def list_proxies(self) -> list[str]:
+        """Proxies that have finished trials, most finished first (for leaderboard menus)."""
+        finished = ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
+        with self.db.session(readonly=True) as s:
+            rows = s.execute(
+                select(TrialRow.proxy, func.count())
+                .where(TrialRow.status.in_(finished))
+                .group_by(TrialRow.proxy)
+                .order_by(func.count().desc(), TrialRow.proxy)
+            ).all()
+        return [p for p, _n in rows]
+
     # -- API tokens --------------------------------------------------------------------------
 
     def create_token(self, name: str, scopes: Sequence[str] = ("write",)) -> str:

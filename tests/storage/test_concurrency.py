@@ -98,7 +98,7 @@ def _new_study(url: str) -> int:
 
 def test_concurrent_threads_both_backends(database_url: str) -> None:
     """Threads with their own connections from one engine: leases are exclusive."""
-    n = 24
+    n = 16
     sid = _new_study(database_url)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -119,7 +119,7 @@ def test_concurrent_threads_both_backends(database_url: str) -> None:
 
 def test_concurrent_processes_sqlite(sqlite_database_url: str) -> None:
     """Four processes plan, lease, report and finish on one SQLite file at once."""
-    n = 40
+    n = 24
     sid = _new_study(sqlite_database_url)
     ctx = mp.get_context("spawn")  # fresh interpreters: no engine inherited across fork
     with ctx.Pool(4) as pool:

@@ -491,6 +491,7 @@ def test_leaderboard_filters(repo: Repository, board_study: int) -> None:
     ]
     assert repo.leaderboard(PROXY, properties={"bounded": False}) == []
     assert repo.leaderboard("other-proxy") == []
+    assert repo.list_proxies() == [PROXY]
     assert len(repo.leaderboard(PROXY, study_id=board_study)) == 4
     assert repo.leaderboard(PROXY, study_id=board_study + 1) == []
 

@@ -12,6 +12,7 @@ the migrated schema with these models and fails on drift.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,13 +77,36 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+class FiniteFloat(TypeDecorator[float]):
+    """A float column that stores NaN and +-inf as NULL.
+
+    A diverging trial reports NaN/inf losses. SQLite silently turns NaN into NULL (and then a
+    NOT NULL column fails), PostgreSQL would keep it, and JSON (the API) has no NaN at all: so
+    every backend stores "not a finite number" the same way, as NULL, read back as None.
+    """
+
+    impl = Float
+    cache_ok = True
+
+    def process_bind_param(self, value: float | None, dialect: Any) -> float | None:
+        if value is None:
+            return None
+        value = float(value)
+        return value if math.isfinite(value) else None
+
+
 # JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: UTCDateTime}  # noqa: RUF012
+    type_annotation_map = {  # noqa: RUF012
+        dict[str, Any]: JSONType,
+        list[Any]: JSONType,
+        datetime: UTCDateTime,
+        float: FiniteFloat,
+    }
 
 
 class CandidateRow(Base):
@@ -163,12 +187,12 @@ class TrialRow(Base):
     optuna_number: Mapped[int | None] = mapped_column(Integer)
     objective: Mapped[str | None] = mapped_column(String(100))
     direction: Mapped[str | None] = mapped_column(String(10))
-    objective_value: Mapped[float | None] = mapped_column(Float)
+    objective_value: Mapped[float | None] = mapped_column(FiniteFloat)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    eval_train_loss: Mapped[float | None] = mapped_column(Float)
+    eval_train_loss: Mapped[float | None] = mapped_column(FiniteFloat)
     diverged_at_step: Mapped[int | None] = mapped_column(Integer)
-    train_time_s: Mapped[float | None] = mapped_column(Float)
-    total_time_s: Mapped[float | None] = mapped_column(Float)
+    train_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
+    total_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     worker: Mapped[str | None] = mapped_column(String(200))
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -195,11 +219,11 @@ class TrialMetricRow(Base):
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
     epoch: Mapped[int] = mapped_column(Integer)
     step: Mapped[int] = mapped_column(Integer)
-    train_loss: Mapped[float] = mapped_column(Float)
-    val_loss: Mapped[float | None] = mapped_column(Float)
+    train_loss: Mapped[float | None] = mapped_column(FiniteFloat)  # None: not finite (diverged)
+    val_loss: Mapped[float | None] = mapped_column(FiniteFloat)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    lr: Mapped[float] = mapped_column(Float)
-    wall_time: Mapped[float] = mapped_column(Float)
+    lr: Mapped[float] = mapped_column(FiniteFloat)
+    wall_time: Mapped[float] = mapped_column(FiniteFloat)
 
 
 class TrialDiagnosticRow(Base):
@@ -212,16 +236,16 @@ class TrialDiagnosticRow(Base):
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
     epoch: Mapped[int] = mapped_column(Integer)
     layer: Mapped[str] = mapped_column(String(200))
-    alpha: Mapped[float | None] = mapped_column(Float)
-    s_mean: Mapped[float | None] = mapped_column(Float)
-    gamma_mean: Mapped[float | None] = mapped_column(Float)
-    gamma_std: Mapped[float | None] = mapped_column(Float)
-    beta_mean: Mapped[float | None] = mapped_column(Float)
-    beta_std: Mapped[float | None] = mapped_column(Float)
-    input_std: Mapped[float | None] = mapped_column(Float)
-    input_absmax: Mapped[float | None] = mapped_column(Float)
-    branch_norm: Mapped[float | None] = mapped_column(Float)
-    grad_norm: Mapped[float | None] = mapped_column(Float)
+    alpha: Mapped[float | None] = mapped_column(FiniteFloat)
+    s_mean: Mapped[float | None] = mapped_column(FiniteFloat)
+    gamma_mean: Mapped[float | None] = mapped_column(FiniteFloat)
+    gamma_std: Mapped[float | None] = mapped_column(FiniteFloat)
+    beta_mean: Mapped[float | None] = mapped_column(FiniteFloat)
+    beta_std: Mapped[float | None] = mapped_column(FiniteFloat)
+    input_std: Mapped[float | None] = mapped_column(FiniteFloat)
+    input_absmax: Mapped[float | None] = mapped_column(FiniteFloat)
+    branch_norm: Mapped[float | None] = mapped_column(FiniteFloat)
+    grad_norm: Mapped[float | None] = mapped_column(FiniteFloat)
     extra: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -111,7 +112,9 @@ def context_key(config: TrialConfig) -> str:
 
 def _jsonable(obj: Any) -> Any:
     """Pydantic models, dataclasses, mappings and sequences to plain JSON values."""
-    if obj is None or isinstance(obj, str | int | float | bool):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None  # JSON has no NaN/inf (PostgreSQL refuses)
+    if obj is None or isinstance(obj, str | int | bool):
         return obj
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -27,9 +28,13 @@ def _query_indexes(insp: object, table: str) -> set[str]:
     return {i["name"] for i in insp.get_indexes(table) if i["name"].startswith("ix_")}  # type: ignore[attr-defined]
 
 
+def _nullable(insp: Any, table: str, column: str) -> bool:
+    return next(c["nullable"] for c in insp.get_columns(table) if c["name"] == column)
+
+
 def test_migrated_schema_matches_models(db: Database) -> None:
     """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
-    assert db.current_revision() == head(db) == "0003"
+    assert db.current_revision() == head(db) == "0004"
     with db.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(ctx, Base.metadata) == []
@@ -38,11 +43,11 @@ def test_migrated_schema_matches_models(db: Database) -> None:
 def test_migrate_is_idempotent(db: Database) -> None:
     db.migrate()
     db.migrate()
-    assert db.current_revision() == "0003"
+    assert db.current_revision() == "0004"
 
 
 def test_revisions_add_what_they_say(database_url: str) -> None:
-    """0001: tables and keys; 0002: query indexes and api_tokens; 0003: trials.releases."""
+    """0001: tables and keys; 0002: indexes, api_tokens; 0003: releases; 0004: NULL losses."""
     db = Database(database_url)
     try:
         db.migrate("0001")
@@ -59,9 +64,12 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
             "ix_trials_lease",
             "ix_trials_context_seed",
         }
-        db.migrate()
+        db.migrate("0003")
         insp = inspect(db.engine)
         assert "releases" in {c["name"] for c in insp.get_columns("trials")}
+        assert not _nullable(insp, "trial_metrics", "train_loss")
+        db.migrate()
+        assert _nullable(inspect(db.engine), "trial_metrics", "train_loss")
     finally:
         db.dispose()
 
@@ -73,7 +81,7 @@ def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
     try:
         assert db.current_revision() == "0001"
         db.migrate()
-        assert db.current_revision() == "0003"
+        assert db.current_revision() == "0004"
         repo = Repository(db)
         cand = repo.get_candidate("erf")
         assert cand is not None
@@ -140,8 +148,39 @@ def test_optuna_study_lives_beside_ours(db: Database) -> None:
         st.optimize(lambda t: t.suggest_float("x", -1, 1) ** 2, n_trials=2)
         assert len(optuna.load_study(study_name="normfree-study-1", storage=url).trials) == 2
         # our schema is untouched by Optuna's
-        assert db.current_revision() == "0003"
+        assert db.current_revision() == "0004"
         assert "trial_key" in {c["name"] for c in inspect(db.engine).get_columns("trials")}
     finally:
         if created:
             drop_database(url)
+
+
+def test_downgrade_to_base_and_back(database_url: str) -> None:
+    """Every revision's downgrade runs (with a NULL loss that 0004's downgrade must fill)."""
+    from alembic import command
+
+    from normfree.specs import EpochRecord, NormSpec, StudySpec, TrialConfig
+
+    db = Database(database_url)
+    try:
+        db.migrate()
+        repo = Repository(db)
+        sid = repo.create_study(StudySpec(kind="property", proxy="p"))
+        (tid,) = repo.add_trials(sid, [TrialConfig(proxy="p", norm=NormSpec(name="erf"))])
+        lease = repo.lease_next(sid, "w", 60)
+        assert lease is not None
+        nan_epoch = EpochRecord(epoch=0, step=1, train_loss=float("nan"), lr=0.1, wall_time_s=0)
+        assert repo.record_epoch(tid, "w", lease.attempt, nan_epoch)
+        with db.engine.connect() as conn:
+            command.downgrade(db.alembic_config(conn), "0003")
+            conn.commit()
+            loss = conn.exec_driver_sql("SELECT train_loss FROM trial_metrics").scalar()
+            assert loss == float("inf")
+            command.downgrade(db.alembic_config(conn), "base")
+            conn.commit()
+        assert db.current_revision() is None
+        assert "trials" not in inspect(db.engine).get_table_names()
+        db.migrate()
+        assert db.current_revision() == "0004"
+    finally:
+        db.dispose()

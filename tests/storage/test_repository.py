@@ -582,3 +582,46 @@ def test_cancel_running_and_get_by_key(repo: Repository) -> None:
     assert t is not None
     assert (t["status"], t["error"]) == ("CANCELLED", "study cancelled")
     assert repo.study_progress(sid)["finished"] == 1
+
+
+def test_non_finite_values_are_stored_as_null(repo: Repository) -> None:
+    """A diverging trial reports NaN/inf: stored as None on every backend (JSON-safe)."""
+    nan, inf = float("nan"), float("inf")
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("identity")])
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    bad = EpochRecord(
+        epoch=0,
+        step=3,
+        train_loss=nan,
+        val_loss=inf,
+        metrics={"val_acc": nan},
+        lr=1e-3,
+        wall_time_s=1.0,
+    )
+    assert repo.record_epoch(tid, "w", lease.attempt, bad)
+    result = TrialResult(
+        status="diverged",
+        metrics={"val_acc": nan, "val_loss": inf},
+        objective="val_acc",
+        curves=[bad],
+        diagnostics=[LayerDiagnostic(epoch=0, layer="norm1", alpha=nan, input_std=inf)],
+        eval_train_loss=nan,
+        diverged_at_step=3,
+    )
+    assert repo.finish_trial(tid, "w", lease.attempt, result)
+    t = repo.get_trial(tid)
+    assert t is not None
+    assert (t["status"], t["eval_train_loss"], t["metrics"]) == (
+        "DIVERGED",
+        None,
+        {"val_acc": None, "val_loss": None},
+    )
+    (curve,) = t["curves"]
+    assert (curve["train_loss"], curve["val_loss"], curve["metrics"]) == (
+        None,
+        None,
+        {"val_acc": None},
+    )
+    assert (t["diagnostics"][0]["alpha"], t["diagnostics"][0]["input_std"]) == (None, None)

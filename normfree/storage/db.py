@@ -116,9 +116,23 @@ class Database:
         from alembic import command
 
         with self.engine.connect() as conn:
-            command.upgrade(self.alembic_config(conn), revision)
-            # Alembic commits its own transaction; make sure nothing is left open.
-            conn.commit()
+            raw = conn.connection.dbapi_connection if self.is_sqlite else None
+            if raw is not None:
+                # SQLite batch migrations rebuild a table by copy, drop and rename; with foreign
+                # keys ON, dropping a parent would cascade-delete its children's rows. The
+                # pragma only takes effect outside a transaction, hence the raw connection.
+                raw.execute("PRAGMA foreign_keys = OFF")
+            try:
+                command.upgrade(self.alembic_config(conn), revision)
+                # Alembic commits its own transaction; make sure nothing is left open.
+                conn.commit()
+                if raw is not None:
+                    broken = raw.execute("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"migration left dangling foreign keys: {broken[:5]}")
+            finally:
+                if raw is not None:
+                    raw.execute("PRAGMA foreign_keys = ON")
 
     def current_revision(self) -> str | None:
         """The Alembic revision the database is at (None: not under Alembic yet)."""

@@ -108,9 +108,9 @@ def _fwd_kernel(
     u = tl.load(ALPHA).to(tl.float32) * x.to(tl.float32)
     if HAS_S:
         if S_PER_CHANNEL:
-            u += tl.load(S + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            u = u + tl.load(S + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         else:
-            u += tl.load(S).to(tl.float32)
+            u = u + tl.load(S).to(tl.float32)
     y = _f(u)
     if HAS_AFFINE:
         gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -137,9 +137,9 @@ def _bwd_kernel(
     shift = tl.zeros([BLOCK_N], dtype=tl.float32)
     if HAS_S:
         if S_PER_CHANNEL:
-            shift += tl.load(S + cols, mask=col_mask, other=0.0).to(tl.float32)
+            shift = shift + tl.load(S + cols, mask=col_mask, other=0.0).to(tl.float32)
         else:
-            shift += tl.load(S).to(tl.float32)
+            shift = shift + tl.load(S).to(tl.float32)
     gamma = tl.full([BLOCK_N], 1.0, tl.float32)
     if HAS_AFFINE:
         gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)

@@ -8,6 +8,10 @@ Backends: ``"triton"`` (generated Triton; CUDA tensors, or CPU tensors under
 ``TRITON_INTERPRET=1``), ``"torch"`` (generated torch code, eager), ``"compile"`` (the same
 torch code fused by ``torch.compile``) and ``"auto"``: Triton on CUDA, and on CPU the torch
 path selected by :data:`CPU_AUTO` (see its comment for the measurement behind it).
+
+``import normfree.kernels`` does not import triton: Triton decides at *its* import whether
+``@triton.jit`` makes interpreter objects (``TRITON_INTERPRET``), so importing it early from a
+CPU-only code path would make the interpreter unusable later in the same process.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sympy
 import torch
 from torch import Tensor
 
-from normfree.kernels import _torch_ops, _triton_ops
+from normfree.kernels import _torch_ops
 from normfree.kernels._cache import cache_key, load_generated
 from normfree.kernels._codegen import torch_source, triton_source
 
@@ -87,14 +91,14 @@ class CompiledOperator:
             lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
-    def compiled(self, which: str) -> Any:
-        """torch.compile'd forward/backward math (built once per operator, dynamic shapes)."""
+    def compiled(self, which: Literal["forward", "backward"]) -> Any:
+        """torch.compile'd forward / backward pointwise half (built once, dynamic shapes)."""
         if which not in self._compiled:
             mod = self.torch_module
             if which == "forward":
                 fn = functools.partial(_torch_ops.forward_math, mod.f)
             else:
-                fn = functools.partial(_torch_ops.backward_math, mod.f_and_df)
+                fn = functools.partial(_torch_ops.backward_pointwise, mod.f_and_df)
             self._compiled[which] = torch.compile(fn, dynamic=True, fullgraph=True)
         return self._compiled[which]
 
@@ -166,6 +170,8 @@ class PointwiseNormFunction(torch.autograd.Function):
         backend: str,
     ) -> Tensor:
         if backend == "triton":
+            from normfree.kernels import _triton_ops  # imports triton: only when used (below)
+
             y = _triton_ops.forward(op.triton_module, x, alpha, s, gamma, beta)
         elif backend == "compile":
             y = op.compiled("forward")(x, alpha, s, gamma, beta)
@@ -182,12 +188,14 @@ class PointwiseNormFunction(torch.autograd.Function):
         op: CompiledOperator = ctx.op
         per_channel = s is not None and s.dim() == 1
         if ctx.backend == "triton":
+            from normfree.kernels import _triton_ops
+
             grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
-        elif ctx.backend == "compile":
-            grads = op.compiled("backward")(dy, x, alpha, s, gamma, per_channel)
         else:
-            grads = _torch_ops.backward_math(op.torch_module.f_and_df, dy, x, alpha, s, gamma,
-                                             per_channel)  # fmt: skip
+            pointwise = op.compiled("backward") if ctx.backend == "compile" else None
+            grads = _torch_ops.backward_math(
+                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel, pointwise
+            )
         dx, d_alpha, d_s, d_gamma, d_beta = grads
         need = ctx.needs_input_grad
         return (

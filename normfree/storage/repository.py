@@ -393,22 +393,24 @@ class Repository:
                 .group_by(TrialRow.status)
             ):
                 counts[st] = int(n)
-            done = s.execute(
-                select(TrialRow).where(
-                    TrialRow.study_id == study_id,
-                    TrialRow.status == "COMPLETE",
-                    TrialRow.objective_value.is_not(None),
-                )
-            ).scalars()
-            best_row = None
-            for row in done:
-                if best_row is None:
-                    best_row = row
-                elif row.direction == "minimize":
-                    if row.objective_value < best_row.objective_value:
-                        best_row = row
-                elif row.objective_value > best_row.objective_value:
-                    best_row = row
+            done = (
+                TrialRow.study_id == study_id,
+                TrialRow.status == "COMPLETE",
+                TrialRow.objective_value.is_not(None),
+            )
+            # One direction per study (its proxy's objective); the last finished trial says it.
+            direction = s.scalar(
+                select(TrialRow.direction)
+                .where(*done)
+                .order_by(TrialRow.finished_at.desc(), TrialRow.id.desc())
+                .limit(1)
+            )
+            order = (
+                TrialRow.objective_value.asc()
+                if direction == "minimize"
+                else TrialRow.objective_value.desc()
+            )
+            best_row = s.scalar(select(TrialRow).where(*done).order_by(order, TrialRow.id).limit(1))
             total = sum(counts.values())
             finished = total - counts["WAITING"] - counts["RUNNING"]
             best = None

@@ -437,6 +437,8 @@ def test_leaderboard_hand_computed(repo: Repository, board_study: int) -> None:
     rows = repo.leaderboard(PROXY)
     assert [r["candidate"] for r in rows] == ["erf", "layernorm", "tanh", "identity"]
     assert [r["rank"] for r in rows] == [1, 2, 3, 4]
+    best = repo.study_progress(board_study)["best"]
+    assert (best["candidate"], best["seed"], best["value"]) == ("erf", 2, 0.94)
     erf, ln, tanh, ident = rows
     # erf: mean 0.92, std 0.02, half width t(0.975,2)=4.302653 * 0.02 / sqrt(3) = 0.049683
     assert (erf["n"], erf["n_trials"], erf["n_diverged"]) == (3, 3, 0)
@@ -530,6 +532,8 @@ def test_leaderboard_minimize_and_metric(repo: Repository) -> None:
     # upper bound 0.6 + 4.302653 * 0.1 / sqrt(3) = 0.848414
     assert rows[0]["bound"] == pytest.approx(0.848414, abs=1e-6)
     assert rows[0]["overrides"] == {"depth": 2}
+    best = repo.study_progress(sid)["best"]
+    assert (best["candidate"], best["value"], best["direction"]) == ("tanh", 0.5, "minimize")
     flipped = repo.leaderboard(PROXY, metric="other", direction="maximize")
     assert [r["candidate"] for r in flipped] == ["tanh", "erf"]
     assert flipped[0]["mean"] == pytest.approx(-0.6)

@@ -101,7 +101,10 @@ def leaderboard_figure(rows: Sequence[dict[str, Any]], objective: str | None) ->
 
 
 def study_figure(
-    cells: Sequence[dict[str, Any]], objective: str | None, transform: str | None
+    cells: Sequence[dict[str, Any]],
+    objective: str | None,
+    transform: str | None,
+    baselines: Sequence[dict[str, Any]] = (),
 ) -> go.Figure:
     """A property study as one picture: metric vs transform value, one line per base function.
 
@@ -161,6 +164,15 @@ def study_figure(
                 hovertemplate="%{text}<extra></extra>",
             )
         )
+    for b in baselines:  # reference arms (LayerNorm, ...) as labelled horizontal lines
+        if _finite(b.get("mean")):
+            fig.add_hline(
+                y=b["mean"],
+                line_dash="dot",
+                line_color="#555",
+                annotation_text=f"{b.get('function')} ({b['mean']:.4g})",
+                annotation_position="top left",
+            )
     fig.update_layout(
         title=f"{objective or 'objective'} vs {transform or 'transform'} value (mean ± 95% CI)",
         xaxis_title=f"{transform or 'transform'} value",
@@ -203,16 +215,25 @@ def curves_figure(curves: Sequence[dict[str, Any]]) -> go.Figure:
     """Learning curves: losses on the left axis, each validation metric on the right."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     epochs = [c["epoch"] for c in curves]
-    fig.add_trace(go.Scatter(x=epochs, y=[c.get("train_loss") for c in curves], name="train loss"))
+    lm = "lines+markers"
+    fig.add_trace(
+        go.Scatter(x=epochs, y=[c.get("train_loss") for c in curves], name="train loss", mode=lm)
+    )
     if any(c.get("val_loss") is not None for c in curves):
-        fig.add_trace(go.Scatter(x=epochs, y=[c.get("val_loss") for c in curves], name="val loss"))
-    metric_names = sorted({k for c in curves for k in (c.get("metrics") or {})})
+        fig.add_trace(
+            go.Scatter(x=epochs, y=[c.get("val_loss") for c in curves], name="val loss", mode=lm)
+        )
+    # Losses already have their own traces; the right axis is for the other metrics.
+    metric_names = sorted(
+        {k for c in curves for k in (c.get("metrics") or {})} - {"train_loss", "val_loss"}
+    )
     for name in metric_names:
         fig.add_trace(
             go.Scatter(
                 x=epochs,
                 y=[(c.get("metrics") or {}).get(name) for c in curves],
                 name=name,
+                mode=lm,
                 line={"dash": "dot"},
             ),
             secondary_y=True,

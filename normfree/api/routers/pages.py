@@ -146,7 +146,8 @@ def _study_figure(detail: Any) -> Any:
     cells = [c.model_dump() for c in detail.cells if not c.baseline]
     transform = detail.spec.get("transform")
     if detail.kind == "property" and transform:
-        return plots.study_figure(cells, detail.objective, transform)
+        refs = [c.model_dump() for c in detail.cells if c.baseline]
+        return plots.study_figure(cells, detail.objective, transform, refs)
     return plots.options_figure([c.model_dump() for c in detail.cells], detail.objective)
 
 

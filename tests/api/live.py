@@ -1,0 +1,90 @@
+"""A live ``normfree serve`` process on loopback for browser, CLI and load tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+CLI = [sys.executable, "-c", "from normfree.cli import main; main()"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a child ``normfree`` process over ``database_url``."""
+    env = {**os.environ, "NORMFREE_DATABASE_URL": database_url, **extra}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_cli(args: list[str], database_url: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        env=cli_env(database_url, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@contextmanager
+def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterator[str]:
+    """Start ``normfree serve`` on a free loopback port; yield its printed URL; stop it."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *args,
+        ],
+        env=cli_env(database_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        m = re.search(r"(http://\S+/)", first)
+        assert m, f"serve printed no URL: {first!r}"
+        url = m.group(1)
+        # Keep draining the server's output so a full pipe can never block it.
+        log: list[str] = []
+        threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(url + "api/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not come up: {first}{''.join(log)[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -1,0 +1,144 @@
+"""A real browser against a live server: plots render, sorting and the submit form work.
+
+Headless Chromium from Debian's package (``/usr/bin/chromium``; Playwright never downloads a
+browser here) drives ``normfree serve`` on a free loopback port over a database seeded with a
+property study (one trial trained for real by ``train_trial``, the rest written as results through
+the repository). Without Chromium the test skips with the reason, except under CI=true where it
+fails. Screenshots of every page land in the test's tmp directory for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from normfree.settings import Settings, get_settings
+from tests.api.live import live_server, run_cli
+from tests.api.seeding import seed_property_study
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = pytest.mark.browser
+
+
+def _need_chromium() -> None:
+    reason = None
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        reason = "Debian chromium is not installed (apt-get install chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError as exc:
+            reason = f"playwright is not importable: {exc}"
+    if reason:
+        if get_settings().ci:
+            pytest.fail(f"{reason} (CI=true: the browser test must run)")
+        pytest.skip(reason)
+
+
+def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
+    seeded = seed_property_study(Settings(database_url=url_db), real_trials=1)
+    made = run_cli(["token", "create", "browser", "--json"], url_db)
+    assert made.returncode == 0, made.stderr
+    token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+
+    with live_server(url_db, "--no-run-studies") as base, sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=shutil.which("chromium") or CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 1000},
+        )
+        try:
+            page = ctx.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            # Nothing may leave the machine: every request goes to the live server.
+            outside: list[str] = []
+            page.on(
+                "request",
+                lambda req: None if req.url.startswith(base) else outside.append(req.url),
+            )
+
+            # Leaderboard: the table and the CI figure (plotly draws SVG into .main-svg).
+            page.goto(base + "?proxy=vit-tiny")
+            page.wait_for_selector("#lb-figure .main-svg", timeout=30_000)
+            rows = page.locator("#leaderboard tbody tr")
+            assert rows.count() == 7
+            assert rows.first.locator("td").nth(1).inner_text() == "layernorm"
+            assert page.locator("#leaderboard .badge.good").first.inner_text() == "best"
+            # sortable: clicking "rank" twice sorts descending
+            header = page.locator("#leaderboard th", has_text="rank")
+            header.click()
+            header.click()
+            assert rows.first.locator("td").first.inner_text() == "7"
+            page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
+
+            # Property study: metric vs transform value with error bars, diverged cell marked.
+            page.goto(f"{base}studies/{seeded.study_id}")
+            page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
+            legend = page.locator("#study-figure .legendtext").all_text_contents()
+            assert {"erf", "tanh", "diverged"} <= set(legend)
+            assert page.locator("#study-figure .errorbar").count() >= 2
+            page.screenshot(path=str(shots / "study.png"), full_page=True)
+
+            # Trial page of the really trained trial: three figures.
+            page.goto(f"{base}trials/{seeded.real_trial_ids[0]}")
+            for fig in ("curves-figure", "alpha-figure", "layers-figure"):
+                page.wait_for_selector(f"#{fig} .main-svg", timeout=30_000)
+            page.screenshot(path=str(shots / "trial.png"), full_page=True)
+
+            # Candidate page.
+            page.goto(base + "candidates/erf")
+            page.wait_for_selector("#fn-figure .main-svg", timeout=30_000)
+            page.screenshot(path=str(shots / "candidate.png"), full_page=True)
+
+            # Submit a formula through the form.
+            page.goto(base + "submit")
+            page.fill("#name", "browsersquash")
+            page.fill("#formula", "u/sqrt(1+u**2/4)")
+            page.fill("#description", "isru, wider")
+            page.fill("#token", token)
+            page.click("#submit-button")
+            page.wait_for_selector("#submit-result", timeout=60_000)
+            result = page.locator("#submit-result").inner_text()
+            assert "Stored" in result and "browsersquash" in result
+            page.wait_for_selector("#fn-figure .main-svg", timeout=30_000)
+            page.screenshot(path=str(shots / "submitted.png"), full_page=True)
+            # ... and it is now served by the API.
+            got = page.request.get(base + "api/candidates/browsersquash").json()
+            assert got["source"] == "user" and got["description"] == "isru, wider"
+
+            # A wrong token in the form is refused with the reason, not a stack trace.
+            page.goto(base + "submit")
+            page.fill("#name", "nope")
+            page.fill("#formula", "tanh(u)")
+            page.fill("#token", "nf_wrong")
+            page.click("#submit-button")
+            page.wait_for_selector("#submit-error")
+            assert "unknown or revoked" in page.locator("#submit-error").inner_text()
+
+            assert not errors, errors
+            assert not outside, outside
+        finally:
+            ctx.close()

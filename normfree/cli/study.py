@@ -35,7 +35,9 @@ def _settings(database_url: str | None) -> Any:
 def _store(settings: Any) -> Any:
     from normfree.workers.execution import TrialStore
 
-    store = TrialStore(settings.database_url, settings.optuna_storage_url)
+    store = TrialStore(
+        settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
+    )
     store.migrate()
     return store
 

@@ -72,7 +72,9 @@ def create_study(
     Planning errors (unknown transform, empty grid) raise before anything is written.
     """
     settings = settings or get_settings()
-    store = store or TrialStore(settings.database_url, settings.optuna_storage_url)
+    store = store or TrialStore(
+        settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
+    )
     store.migrate()
     planned = sch.plan_grid(spec) if spec.kind in ("property", "options") else []
     if spec.kind == "search":
@@ -118,7 +120,9 @@ class StudyDriver:
         self.settings = settings or get_settings()
         self.study_id = study_id
         self.store = store or TrialStore(
-            self.settings.database_url, self.settings.optuna_storage_url
+            self.settings.database_url,
+            self.settings.optuna_storage_url,
+            max_attempts=self.settings.max_attempts,
         )
         self.executor = executor or RayExecutor(self.settings)
         self.max_parallel = max_parallel
@@ -349,6 +353,9 @@ class StudyDriver:
             # Leave nothing leased to this driver if we stop early (KeyboardInterrupt, error).
             for ref in list(self._inflight):
                 self.executor.cancel(ref)
+        # Rows finished by tasks this driver did not dispatch (a dead driver's, still running
+        # on a cluster) were never told to Optuna by anyone: tell them now.
+        self._reconcile()
         counts = self._progress()
         status = self.store.study_status(self.study_id)
         open_ = counts.get("WAITING", 0) + counts.get("RUNNING", 0)

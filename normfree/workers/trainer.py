@@ -93,18 +93,20 @@ def norm_factory(spec: NormSpec, affine: bool = True) -> Callable[[int], nn.Modu
         if spec.name == "identity":
             return lambda d: nn.Identity()
         raise ValueError(f"norm {spec.name!r} needs normfree.kernels.create_norm")
-    target: Any = spec.name if spec.formula is None else spec.model_copy(update={"affine": affine})
-    if spec.is_baseline or spec.formula is not None:
-        pass
-    else:
-        # Resolve the candidate once (parsing is symbolic work), not once per slot.
-        try:
-            from normfree.search_space import catalog
+    target = spec.model_copy(update={"affine": affine})
+    resolved: list[Any] = []  # the candidate, resolved once (parsing is symbolic work)
 
-            target = catalog.resolve(spec.name)
-        except ImportError:
-            pass
-    return lambda d: create_norm(target, d, shift=spec.shift, affine=affine, alpha0=spec.alpha0)
+    def make(dim: int) -> nn.Module:
+        if resolved:
+            return create_norm(
+                resolved[0], dim, shift=spec.shift, affine=affine, alpha0=spec.alpha0
+            )
+        module = create_norm(target, dim)
+        if getattr(module, "candidate", None) is not None:
+            resolved.append(module.candidate)
+        return module
+
+    return make
 
 
 # ------------------------------------------------------------------------------ resolution

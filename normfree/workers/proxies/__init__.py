@@ -89,9 +89,12 @@ VIT_DIGITS = register(
         name="vit-digits",
         task="classify",
         build=ViT,
-        config=ViTConfig(),
+        # Gain-matched init (see ViTConfig.init_fan_in_ref): with plain 0.02 on 2x2 patches the
+        # stream starts at std ~0.04 and every pointwise norm sits in its linear regime
+        # (measured: erf 81% vs 94% with matching, LayerNorm 96% either way).
+        config=ViTConfig(init_fan_in_ref=768, init_scope="all"),
         dataset="digits",
-        epochs=35,
+        epochs=30,  # planning used 35; 30 keeps a trial near 30 s on one core
         batch_size=64,
         lr=4e-3,  # the official DyT/Derf ViT lr (science.md 6)
         weight_decay=0.05,  # ditto
@@ -107,7 +110,7 @@ register(
     replace(
         VIT_DIGITS,
         name="vit-tiny",
-        config=ViTConfig(dim=32, depth=2, heads=2),
+        config=replace(VIT_DIGITS.config, dim=32, depth=2, heads=2),
         epochs=2,
         max_train=512,
         max_eval=256,
@@ -120,7 +123,7 @@ register(
     replace(
         VIT_DIGITS,
         name="vit-mnist1d",
-        config=ViTConfig(img_size=1, img_width=40, patch=4),
+        config=replace(VIT_DIGITS.config, img_size=1, img_width=40, patch=4),
         dataset="mnist1d",
         epochs=30,
         batch_size=128,
@@ -132,7 +135,7 @@ register(
     replace(
         VIT_DIGITS,
         name="vit-mnist",
-        config=ViTConfig(img_size=28, patch=4),
+        config=replace(VIT_DIGITS.config, img_size=28, patch=4),
         dataset="mnist",
         epochs=20,
         batch_size=128,

@@ -38,6 +38,10 @@ class ViTConfig:
     qkv_bias: bool = True  # official DyT/Derf ViT runs use qkv bias
     layerscale_init: float = 0.0  # 0 = off (the official runs); CaiT uses 0.1 .. 1e-6 by depth
     depth_scaled_init: bool = False  # std 0.02/sqrt(2*depth) on each branch's last projection
+    # Gain-matched init: std 0.02*sqrt(ref/fan_in) instead of 0.02, so a layer of this small
+    # proxy scales its input as the same layer of a ViT-B/16 (fan-in 768) does. 0 = plain 0.02.
+    init_fan_in_ref: int = 0
+    init_scope: str = "patch"  # where gain matching applies: "patch" (embedding only) or "all"
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -125,17 +129,26 @@ class ViT(nn.Module):
         self.head = nn.Linear(cfg.dim, cfg.num_classes)
         self.initialize_weights()
 
+    def _std(self, fan_in: int, scope: str) -> float:
+        ref = self.cfg.init_fan_in_ref
+        if ref and self.cfg.init_scope in (scope, "all"):
+            return 0.02 * math.sqrt(ref / fan_in)
+        return 0.02
+
     def initialize_weights(self) -> None:
         """Every init decision in one place (normalization-free training is init-sensitive)."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 # trunc-normal(0.02) weights, zero bias: the ViT/DeiT/DyT reference init
-                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.trunc_normal_(m.weight, std=self._std(m.in_features, "linear"))
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-        # patch embedding as a linear layer over flattened patches (like ViT's)
+        # patch embedding as a linear layer over flattened patches (like ViT's). A 2x2 patch has
+        # fan-in 4, not 768: with plain 0.02 the stream would start at std ~0.04, where every
+        # pointwise norm is linear; gain matching (init_fan_in_ref) restores the ViT-B scale.
         w = self.patch_embed.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=0.02)
+        w2 = w.view(w.shape[0], -1)  # (D, C*ph*pw)
+        nn.init.trunc_normal_(w2, std=self._std(w2.shape[1], "patch"))
         nn.init.zeros_(self.patch_embed.bias)
         # learned positional embedding, small so tokens start close to their content
         nn.init.trunc_normal_(self.pos_embed, std=0.02)

@@ -1,0 +1,210 @@
+"""Is a preset discriminative? All 16 search candidates + LayerNorm + identity, several seeds.
+
+A preset is useful only if the spread of mean results across functions is well above the seed
+standard deviation. This trains every (function, seed) pair with ``train_trial`` in a pool of
+one-thread worker processes, appends each result as it arrives to
+``bench/results/discriminative-<proxy>.jsonl`` (so a run stopped early keeps what finished; rerun
+with ``--resume`` to skip finished pairs), and writes a markdown table and a JSON summary:
+
+- per function: mean +- std of the objective over completed seeds, diverged count, test metric;
+- ``spread``: std across function means (completed functions), ``seed_std``: RMS of the
+  per-function seed stds, and their ratio; ``resolvable_pairs``: the share of function pairs
+  whose means differ by more than twice their combined standard error.
+
+    python bench/discriminative.py --proxy vit-digits --seeds 3 --workers 2
+    python bench/discriminative.py --quick     # vit-tiny, 4 functions, 2 seeds (< 30 s)
+
+The last line printed is one JSON object (the summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GROUPS_16 = ("natural", "transformed", "clipped unbounded", "ratio")  # science.md section 2
+
+
+def search_16() -> list[str]:
+    from normfree.search_space import catalog
+
+    names = [c.name for c in catalog.all() if c.group in GROUPS_16]
+    assert len(names) == 16, names
+    return names
+
+
+def run_one(job: tuple[str, str, int, int | None]) -> dict:
+    proxy, name, seed, epochs = job
+    from normfree.specs import NormSpec, TrialConfig
+    from normfree.workers.trainer import train_trial
+
+    t0 = time.perf_counter()
+    r = train_trial(TrialConfig(proxy=proxy, norm=NormSpec(name=name), seed=seed, epochs=epochs))
+    test_key = {"val_acc": "test_acc", "val_loss": "test_loss"}.get(r.objective or "", "")
+    return {
+        "proxy": proxy,
+        "function": name,
+        "seed": seed,
+        "status": r.status,
+        "objective": r.objective,
+        "value": r.value,
+        "test": r.metrics.get(test_key),
+        "metrics": r.metrics,
+        "diverged_at_step": r.diverged_at_step,
+        "error": r.error,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def summarise(rows: list[dict], functions: list[str]) -> dict:
+    by: dict[str, list[dict]] = {f: [] for f in functions}
+    for r in rows:
+        by.setdefault(r["function"], []).append(r)
+    table = []
+    for f, rs in by.items():
+        vals = [r["value"] for r in rs if r["status"] == "complete" and r["value"] is not None]
+        tests = [r["test"] for r in rs if r["status"] == "complete" and r["test"] is not None]
+        table.append(
+            {
+                "function": f,
+                "runs": len(rs),
+                "complete": len(vals),
+                "diverged": sum(r["status"] == "diverged" for r in rs),
+                "failed": sum(r["status"] == "failed" for r in rs),
+                "mean": statistics.fmean(vals) if vals else None,
+                "std": statistics.stdev(vals) if len(vals) > 1 else None,
+                "test_mean": statistics.fmean(tests) if tests else None,
+                "seconds": statistics.fmean(r["seconds"] for r in rs) if rs else None,
+            }
+        )
+    done = [t for t in table if t["mean"] is not None and t["std"] is not None]
+    means = [t["mean"] for t in done]
+    spread = statistics.stdev(means) if len(means) > 1 else None
+    seed_std = math.sqrt(statistics.fmean(t["std"] ** 2 for t in done)) if done else None
+    pairs = resolvable = 0
+    for i, a in enumerate(done):
+        for b in done[i + 1 :]:
+            pairs += 1
+            se = math.sqrt(a["std"] ** 2 / a["complete"] + b["std"] ** 2 / b["complete"])
+            resolvable += abs(a["mean"] - b["mean"]) > 2 * se
+    return {
+        "table": table,
+        "functions_with_seeds": len(done),
+        "spread": spread,
+        "range": (max(means) - min(means)) if means else None,
+        "seed_std": seed_std,
+        "ratio": (spread / seed_std) if spread and seed_std else None,
+        "resolvable_pairs": (resolvable / pairs) if pairs else None,
+    }
+
+
+def markdown(summary: dict, proxy: str, objective: str, direction: str, cmd: str) -> str:
+    rev = direction == "maximize"
+    rows = sorted(
+        summary["table"],
+        key=lambda t: (t["mean"] is None, -(t["mean"] or 0) if rev else (t["mean"] or 0)),
+    )
+
+    def f(v: float | None, p: int = 4) -> str:
+        return "-" if v is None else f"{v:.{p}f}"
+
+    lines = [
+        f"# Discriminativeness of `{proxy}` ({objective}, {direction})",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        "| function | mean | seed std | complete/runs | diverged | test | s/trial |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in rows:
+        lines.append(
+            f"| {t['function']} | {f(t['mean'])} | {f(t['std'])} | {t['complete']}/{t['runs']} "
+            f"| {t['diverged']} | {f(t['test_mean'])} | {f(t['seconds'], 1)} |"
+        )
+    lines += [
+        "",
+        f"- spread of means across functions (std): {f(summary['spread'])}; "
+        f"range {f(summary['range'])}",
+        f"- seed std (RMS over functions): {f(summary['seed_std'])}",
+        f"- spread / seed std: {f(summary['ratio'], 2)}",
+        f"- function pairs resolved (|diff| > 2 SE): {f(summary['resolvable_pairs'], 2)}",
+        f"- functions with >= 2 completed seeds: {summary['functions_with_seeds']}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--proxy", default="vit-digits")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--functions", default=None, help="comma-separated (default: 16 + baselines)")
+    ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
+    ap.add_argument("--quick", action="store_true", help="vit-tiny, 4 functions, 2 seeds")
+    args = ap.parse_args()
+    if args.quick:
+        args.proxy, args.seeds = "vit-tiny", 2
+        args.functions = args.functions or "layernorm,identity,erf,tanh"
+    functions = (
+        args.functions.split(",")
+        if args.functions
+        else ["layernorm", "identity", "erf", "tanh", *search_16()[2:]]
+    )
+    from normfree.workers.proxies import PROXIES
+
+    preset = PROXIES[args.proxy]
+    tag = f"{args.proxy}" + ("-quick" if args.quick else "")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    jsonl = RESULTS / f"discriminative-{tag}.jsonl"
+    rows: list[dict] = []
+    if args.resume and jsonl.exists():
+        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    elif jsonl.exists():
+        jsonl.unlink()
+    done = {(r["function"], r["seed"]) for r in rows}
+    jobs = [
+        (args.proxy, f, s, args.epochs)
+        for f in functions
+        for s in range(args.seeds)
+        if (f, s) not in done
+    ]
+    t0 = time.perf_counter()
+    from tqdm import tqdm
+
+    with (
+        mp.get_context("spawn").Pool(args.workers, maxtasksperchild=8) as pool,
+        jsonl.open("a") as fh,
+    ):
+        for row in tqdm(pool.imap(run_one, jobs), total=len(jobs), desc=tag, file=sys.stderr):
+            rows.append(row)
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+    summary = summarise(rows, functions)
+    cmd = "python " + " ".join(["bench/discriminative.py", *sys.argv[1:]])
+    md = markdown(summary, args.proxy, preset.objective, preset.direction, cmd)
+    (RESULTS / f"discriminative-{tag}.md").write_text(md)
+    out = {
+        "proxy": args.proxy,
+        "objective": preset.objective,
+        "direction": preset.direction,
+        "seeds": args.seeds,
+        "workers": args.workers,
+        "wall_s": time.perf_counter() - t0,
+        "command": cmd,
+        **summary,
+    }
+    (RESULTS / f"discriminative-{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(md)
+    print(json.dumps({k: v for k, v in out.items() if k != "table"}))
+
+
+if __name__ == "__main__":
+    main()

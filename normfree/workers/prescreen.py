@@ -1,0 +1,96 @@
+"""Zero-cost prescreen: a few seconds at submission, before a candidate costs a full trial.
+
+Two checks on the initialised proxy (same model and data as the preset, a fixed batch):
+
+1. Signal propagation: one forward and backward with the diagnostics hooks, giving per slot the
+   activation std entering the norm, its absmax, the residual-branch RMS and the gradient norm
+   flowing back. ``std_growth`` (last slot's input std / first's) and ``grad_ratio`` (first
+   slot's gradient / last's) summarise whether the signal explodes or vanishes with depth.
+2. Survival: ``PRESCREEN_STEPS`` AdamW steps at ``LR_MULTIPLIER`` x the preset's learning rate,
+   no warmup, on a fixed batch sequence. ``survives`` is False if the loss goes non-finite or
+   exceeds ``divergence_factor`` x its initial value; ``loss_ratio`` is final/initial loss.
+
+Deterministic: a fixed seed, forked RNG, the trial thread count. Returns a JSON-friendly dict.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from normfree.settings import get_settings
+from normfree.specs import NormSpec, TrialConfig
+from normfree.workers import diagnostics
+from normfree.workers.trainer import (
+    TASKS,
+    build_model,
+    param_groups,
+    parse_norm,
+    resolve,
+    trial_context,
+)
+
+PRESCREEN_STEPS = 20  # enough for an unstable operator to blow up at a high lr
+LR_MULTIPLIER = 5.0  # "high": five times the preset's peak learning rate, with no warmup
+BATCH = 128
+
+
+def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) -> dict[str, Any]:
+    """Signal propagation and high-lr survival of ``norm`` in ``proxy``; see the module doc."""
+    spec = parse_norm(norm) if isinstance(norm, str) else norm
+    t0 = time.perf_counter()
+    res = resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed))
+    p = res.preset
+    out: dict[str, Any] = {"proxy": proxy, "norm": res.norm.model_dump(), "seed": seed}
+    with trial_context(seed, get_settings().trial_threads):
+        try:
+            model = build_model(res)
+            task = TASKS[p.task](res)
+            layers = diagnostics.measure(model, task.diag_loss, epoch=0)
+        except Exception as exc:  # the operator cannot even run: the clearest possible verdict
+            return {**out, "ok": False, "survives": False, "error": str(exc)}
+        out["layers"] = [
+            d.model_dump(include={"layer", "input_std", "input_absmax", "branch_norm", "grad_norm"})
+            for d in layers
+        ]
+        stds = [d.input_std for d in layers if d.input_std is not None]
+        grads = [d.grad_norm for d in layers if d.grad_norm]
+        out["std_growth"] = stds[-1] / stds[0] if len(stds) > 1 and stds[0] > 0 else None
+        out["grad_ratio"] = grads[0] / grads[-1] if len(grads) > 1 and grads[-1] > 0 else None
+        finite = all(math.isfinite(v) for d in layers for v in (d.input_std or 0, d.grad_norm or 0))
+
+        # survival: a few aggressive steps
+        opt = torch.optim.AdamW(param_groups(model, p.weight_decay), lr=p.lr * LR_MULTIPLIER)
+        gen = torch.Generator().manual_seed(seed)
+        n = len(task.y_train)
+        losses = []
+        model.train()
+        for _ in range(PRESCREEN_STEPS):
+            idx = torch.randint(0, n, (min(BATCH, n),), generator=gen)
+            loss = task.loss(model, idx, gen)
+            losses.append(float(loss.detach()))
+            if not math.isfinite(losses[-1]):
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        initial, final = losses[0], losses[-1]
+        survives = (
+            finite
+            and all(math.isfinite(v) for v in losses)
+            and max(losses) <= p.divergence_factor * initial
+        )
+    out.update(
+        ok=True,
+        survives=bool(survives),
+        initial_loss=initial,
+        final_loss=final if math.isfinite(final) else None,
+        loss_ratio=final / initial if math.isfinite(final) and initial > 0 else None,
+        steps=len(losses),
+        lr=p.lr * LR_MULTIPLIER,
+        seconds=time.perf_counter() - t0,
+    )
+    return out

@@ -1,0 +1,44 @@
+"""Zero-cost prescreen: deterministic, per-layer signal, high-lr survival."""
+
+from __future__ import annotations
+
+from normfree.specs import NormSpec
+from normfree.workers.prescreen import PRESCREEN_STEPS, prescreen
+
+
+def _stable(out: dict) -> dict:
+    return {k: v for k, v in out.items() if k != "seconds"}
+
+
+def test_prescreen_is_deterministic_and_reports_every_slot():
+    a = prescreen("derf", proxy="vit-tiny", seed=1)
+    b = prescreen(NormSpec(name="erf", shift="scalar"), proxy="vit-tiny", seed=1)
+    assert _stable(a) == _stable(b)
+    assert a["ok"] and isinstance(a["survives"], bool)
+    assert [d["layer"] for d in a["layers"]] == [
+        "blocks.0.norm1",
+        "blocks.0.norm2",
+        "blocks.1.norm1",
+        "blocks.1.norm2",
+        "norm_final",
+    ]
+    assert all(d["input_std"] > 0 for d in a["layers"])
+    assert a["steps"] == PRESCREEN_STEPS and a["std_growth"] > 0
+
+
+def test_prescreen_flags_an_operator_that_cannot_survive():
+    # no normalization at all, at a learning rate no network survives
+    from normfree.workers import prescreen as mod
+
+    old = mod.LR_MULTIPLIER
+    mod.LR_MULTIPLIER = 5000.0
+    try:
+        out = prescreen("identity", proxy="vit-tiny", seed=0)
+    finally:
+        mod.LR_MULTIPLIER = old
+    assert out["survives"] is False
+
+
+def test_prescreen_on_dit():
+    out = prescreen("layernorm", proxy="dit-tiny", seed=0)
+    assert out["ok"] and out["survives"] is True

@@ -1,0 +1,163 @@
+"""train_trial: one-epoch runs, determinism, divergence, pruning, diagnostics, the recipe."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from normfree.specs import NormSpec, TrialConfig
+from normfree.workers import diagnostics
+from normfree.workers.proxies import PROXIES
+from normfree.workers.trainer import (
+    build_model,
+    lr_at,
+    param_groups,
+    parse_norm,
+    resolve,
+    train_trial,
+)
+
+DERF = NormSpec(name="erf", shift="scalar")
+
+
+def _cfg(proxy: str, norm: NormSpec | str = "layernorm", **kw) -> TrialConfig:
+    spec = norm if isinstance(norm, NormSpec) else NormSpec(name=norm)
+    return TrialConfig(proxy=proxy, norm=spec, **kw)
+
+
+def _strip_times(result):
+    """A result without its wall-clock fields (the only nondeterministic parts)."""
+    d = result.model_dump()
+    for k in ("train_time_s", "total_time_s"):
+        d.pop(k)
+    d["metrics"].pop("samples_per_s", None)
+    for rec in d["curves"]:
+        rec.pop("wall_time_s")
+    return d
+
+
+@pytest.mark.parametrize("proxy", ["vit-tiny", "dit-tiny"])
+@pytest.mark.parametrize("norm", ["layernorm", DERF], ids=["layernorm", "derf"])
+def test_one_epoch_each_proxy(proxy, norm):
+    res = train_trial(_cfg(proxy, norm, epochs=1))
+    assert res.status == "complete", res.error
+    assert len(res.curves) == 1 and res.curves[0].epoch == 1
+    assert res.objective == PROXIES[proxy].objective
+    assert res.value is not None and math.isfinite(res.value)
+    assert res.eval_train_loss is not None and math.isfinite(res.eval_train_loss)
+    assert "test_loss" in res.metrics
+    # diagnostics: one record per slot (2 per block + final) at init and after the epoch
+    depth = PROXIES[proxy].config.depth
+    assert len(res.diagnostics) == 2 * (2 * depth + 1)
+    assert {d.epoch for d in res.diagnostics} == {0, 1}
+    assert res.config["norm"]["name"] in ("layernorm", "erf")
+
+
+def test_deterministic_for_a_seed_and_seed_matters():
+    a = train_trial(_cfg("vit-tiny", DERF, seed=3))
+    b = train_trial(_cfg("vit-tiny", DERF, seed=3))
+    c = train_trial(_cfg("vit-tiny", DERF, seed=4))
+    assert _strip_times(a) == _strip_times(b)
+    assert a.curves[-1].train_loss != c.curves[-1].train_loss
+
+
+def test_trial_leaves_global_state_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state().clone()
+    threads = torch.get_num_threads()
+    train_trial(_cfg("vit-tiny", epochs=1))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.get_num_threads() == threads
+
+
+def test_divergence_is_a_result_with_its_step():
+    res = train_trial(_cfg("vit-tiny", "identity", lr=50.0, overrides={"max_train": 256}))
+    assert res.status == "diverged"
+    assert isinstance(res.diverged_at_step, int) and res.diverged_at_step >= 1
+    assert res.metrics == {} and res.value is None
+    assert len(res.curves) < PROXIES["vit-tiny"].epochs or res.diverged_at_step is not None
+
+
+def test_report_true_prunes():
+    seen = []
+    res = train_trial(_cfg("vit-tiny"), report=lambda rec: seen.append(rec) or True)
+    assert res.status == "pruned"
+    assert len(seen) == 1 and len(res.curves) == 1
+    assert "val_acc" in res.metrics
+
+
+def test_dit_zero_init_final_follows_norm_kind_unless_set():
+    assert resolve(_cfg("dit-tiny", "layernorm")).model_config.zero_init_final is True
+    assert resolve(_cfg("dit-tiny", DERF)).model_config.zero_init_final is False
+    forced = resolve(_cfg("dit-tiny", DERF, overrides={"zero_init_final": True}))
+    assert forced.model_config.zero_init_final is True
+    # DiT's norms carry no affine: adaLN modulates instead
+    model = build_model(resolve(_cfg("dit-tiny", DERF)))
+    assert getattr(model.blocks[0].norm1, "gamma", None) is None
+
+
+def test_invalid_configs_raise_before_work():
+    with pytest.raises(ValueError, match="unknown proxy"):
+        resolve(_cfg("no-such-proxy"))
+    with pytest.raises(ValueError, match="unknown override"):
+        resolve(_cfg("vit-tiny", overrides={"dept": 3}))
+    with pytest.raises(ValueError, match="integer"):
+        resolve(_cfg("vit-tiny", overrides={"depth": 2.5}))
+
+
+def test_aliases():
+    assert parse_norm("derf") == NormSpec(name="erf", shift="scalar")
+    assert parse_norm("dyt") == NormSpec(name="tanh", shift="none")
+    assert parse_norm("derf", shift="channel").shift == "channel"
+    assert parse_norm("erf") == NormSpec(name="erf")
+
+
+def test_weight_decay_groups_exclude_norm_params_and_1d():
+    model = build_model(resolve(_cfg("vit-tiny", DERF)))
+    decay, no_decay = param_groups(model, 0.05)
+    decayed = {id(p) for p in decay["params"]}
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("alpha", "s", "gamma", "beta") or p.ndim < 2:
+            assert id(p) not in decayed, name
+    assert id(model.blocks[0].attn.qkv.weight) in decayed
+    assert no_decay["weight_decay"] == 0.0
+
+
+def test_lr_schedule_warmup_then_cosine():
+    lrs = [lr_at(s, 100, 10, 1.0, "cosine") for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[10] == pytest.approx(1.0) and lrs[-1] < 0.01
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(lrs[10:]))
+    assert lr_at(50, 100, 0, 2.0, "constant") == 2.0
+
+
+def test_diagnostics_values_match_the_modules():
+    res = resolve(_cfg("vit-tiny", DERF))
+    torch.manual_seed(0)
+    model = build_model(res)
+    with torch.no_grad():
+        model.blocks[1].norm2.alpha.fill_(0.7)
+        model.blocks[1].norm2.s.fill_(-0.25)
+    x = torch.randn(16, 1, 8, 8)
+    recs = diagnostics.measure(model, lambda m: m(x).square().mean(), epoch=5)
+    by = {r.layer: r for r in recs}
+    assert list(by) == [
+        "blocks.0.norm1",
+        "blocks.0.norm2",
+        "blocks.1.norm1",
+        "blocks.1.norm2",
+        "norm_final",
+    ]
+    r = by["blocks.1.norm2"]
+    assert r.epoch == 5
+    assert r.alpha == pytest.approx(0.7) and r.s_mean == pytest.approx(-0.25)
+    assert r.gamma_mean == pytest.approx(1.0) and r.beta_mean == pytest.approx(0.0)
+    assert r.input_std > 0 and r.input_absmax >= r.input_std
+    assert r.branch_norm > 0 and r.grad_norm > 0 and r.extra["param_grad_norm"] > 0
+    assert by["norm_final"].branch_norm is None
+    # the probe leaves no gradients behind for the optimiser
+    assert all(p.grad is None for p in model.parameters())

@@ -1,0 +1,98 @@
+"""The study and leaderboard commands, through click, on a real database and a local Ray."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from normfree.cli import main
+from tests.workers.engine_support import ray_cluster
+
+
+@pytest.fixture(scope="module")
+def _ray() -> Iterator[None]:
+    yield from ray_cluster()
+
+
+def _run(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+def _json(*args: str) -> dict:
+    code, out = _run(*args, "--json")
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_property_detach_status_run_leaderboard(tmp_path: Path, _ray: None) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    created = _json(
+        "study", "property", "--transform", "shift_h", "--functions", "erf",
+        "--values", "-0.5,0.5", "--proxy", "vit-tiny", "--seeds", "2", "--epochs", "1",
+        "--detach", "--db", db,
+    )  # fmt: skip
+    sid = created["study_id"]
+    assert created["trials"] == 6  # 2 values x 2 seeds + LayerNorm x 2 seeds
+    status = _json("study", "status", str(sid), "--db", db)
+    assert status["counts"]["WAITING"] == 6 and status["status"] == "pending"
+    ran = _json("study", "run", str(sid), "--db", db)
+    assert ran["status"] == "complete" and ran["counts"]["COMPLETE"] == 6
+    board = _json("leaderboard", "--proxy", "vit-tiny", "--study", str(sid), "--db", db)
+    assert {r["candidate"] for r in board} == {
+        "shift_h(erf, -0.5)",
+        "shift_h(erf, 0.5)",
+        "layernorm",
+    }
+    assert all(r["n"] == 2 for r in board) and [r["rank"] for r in board] == [1, 2, 3]
+    code, out = _run("leaderboard", "--proxy", "vit-tiny", "--study", str(sid), "--db", db)
+    assert code == 0 and "layernorm" in out and "mean ± CI" in out
+    code, out = _run("study", "status", str(sid), "--db", db)
+    assert code == 0 and "COMPLETE" in out
+    listed = _json("study", "list", "--db", db)
+    assert listed[0]["id"] == sid
+
+
+def test_pause_resume_cancel_commands(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    sid = _json(
+        "study", "options", "--functions", "erf,tanh", "--option", "alpha0=0.5,1",
+        "--option", "layerscale_init=off,1e-5", "--proxy", "vit-tiny", "--seeds", "1",
+        "--baselines", "", "--detach", "--db", db,
+    )["study_id"]  # fmt: skip
+    assert _json("study", "pause", str(sid), "--db", db)["status"] == "paused"
+    assert _json("study", "resume", str(sid), "--detach", "--db", db)["status"] == "pending"
+    out = _json("study", "cancel", str(sid), "--db", db)
+    assert out == {"study_id": sid, "status": "cancelled", "cancelled_waiting": 8}
+    code, text = _run("study", "cancel", str(sid), "--db", db, "--json")
+    assert code == 1 and "cancelled" in json.loads(text)["error"]
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    code, out = _run("study", "status", "99", "--db", db, "--json")
+    assert code == 1 and json.loads(out)["error"] == "no study 99"
+    code, out = _run(
+        "study", "options", "--functions", "erf", "--option", "alpha0", "--proxy", "vit-tiny",
+        "--detach", "--db", db, "--json",
+    )  # fmt: skip
+    assert code == 2 and "NAME=V1,V2" in json.loads(out)["error"]
+    code, out = _run(
+        "study", "property", "--transform", "not_a_transform", "--proxy", "vit-tiny",
+        "--detach", "--db", db, "--json",
+    )  # fmt: skip
+    assert code == 2 and "no paper grid" in json.loads(out)["error"]
+    code, out = _run(
+        "study", "search", "--proxy", "vit-tiny", "--lr-range", "1,0.1", "--detach",
+        "--db", db, "--json",
+    )  # fmt: skip
+    assert code == 2 and "LO,HI" in json.loads(out)["error"]
+    code, out = _run(
+        "study", "property", "--transform", "shift_h", "--functions", "erf", "--values", "a,b",
+        "--proxy", "vit-tiny", "--db", db,
+    )  # fmt: skip
+    assert code == 2 and "comma-separated numbers" in out

@@ -1,0 +1,76 @@
+"""The kernel cache: real files, reused in-process and across processes, safe under concurrency."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from normfree.kernels import _cache, compile_candidate
+from normfree.search_space import catalog
+
+CHILD = """
+import json, sys
+from normfree.kernels import compile_candidate
+from normfree.search_space import catalog
+op = compile_candidate(catalog.get(sys.argv[1]))
+print(json.dumps([op.torch_module.__file__, op.triton_module.__file__]))
+"""
+
+
+def _children(cache: Path, name: str, n: int) -> list[list[str]]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["NORMFREE_KERNEL_CACHE"] = str(cache)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, name],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for _ in range(n)
+    ]
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-2000:]
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def test_second_compile_in_process_is_free(kernel_cache: Path) -> None:
+    calls = []
+
+    def source() -> str:
+        calls.append(1)
+        return "VALUE = 42\n"
+
+    first = _cache.load_generated("torch", "probe", "k" * 20, source)
+    second = _cache.load_generated("torch", "probe", "k" * 20, source)
+    assert first is second and first.VALUE == 42 and len(calls) == 1
+    assert Path(first.__file__).parent == kernel_cache
+    op = compile_candidate(catalog.get("tanh"))
+    assert compile_candidate(catalog.get("tanh")) is op
+    assert op.torch_module is compile_candidate(catalog.get("tanh")).torch_module
+
+
+def test_key_follows_the_exact_expressions() -> None:
+    a = _cache.cache_key("triton", "erf(u)", "2*exp(-u**2)/sqrt(pi)")
+    assert a == _cache.cache_key("triton", "erf(u)", "2*exp(-u**2)/sqrt(pi)")
+    assert a != _cache.cache_key("triton", "erf(u)", "0")  # a changed derivative is a new kernel
+    assert a != _cache.cache_key("torch", "erf(u)", "2*exp(-u**2)/sqrt(pi)")
+
+
+def test_concurrent_processes_write_once_and_later_ones_reuse(tmp_path: Path) -> None:
+    cache = tmp_path / "shared"
+    paths = _children(cache, "saturlog", 3)  # race on an empty directory
+    assert all(p == paths[0] for p in paths)
+    files = sorted(f.name for f in cache.iterdir() if f.suffix == ".py")
+    assert len(files) == 2 and files[0].startswith("torch_") and files[1].startswith("triton_")
+    assert not [f for f in cache.iterdir() if f.suffix == ".tmp"]
+    stamps = {f: f.stat().st_mtime_ns for f in cache.glob("*.py")}
+    assert _children(cache, "saturlog", 1)[0] == paths[0]
+    assert stamps == {f: f.stat().st_mtime_ns for f in cache.glob("*.py")}  # nothing rewritten

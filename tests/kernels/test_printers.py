@@ -1,0 +1,132 @@
+"""The printers: node-set rules, cse, and the accuracy of the core-op Triton helpers.
+
+Helpers are checked through the real generated kernel (Triton interpreter, fp32), y = f(x) with
+alpha = 1 and no shift/affine, against float64 math on the same fp32 inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import sympy
+import torch
+
+from normfree.kernels import compile_candidate, pointwise_norm
+from normfree.kernels._printers import (
+    PrinterError,
+    TorchPrinter,
+    TritonPrinter,
+    atan_coefficients,
+    cse_lines,
+)
+from normfree.search_space import U
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@dataclasses.dataclass(frozen=True)
+class Expr:
+    name: str
+    expr: sympy.Expr
+    derivative: sympy.Expr
+
+
+def _triton_f(expr: sympy.Expr, x: np.ndarray) -> np.ndarray:
+    cand = Expr("helper", expr, sympy.diff(expr, U))
+    xt = torch.from_numpy(x.astype(np.float32)).reshape(1, -1)
+    y = pointwise_norm(xt, cand, torch.tensor(1.0), backend="triton")
+    return y.reshape(-1).double().numpy()
+
+
+def _grid(lo: float, hi: float, n: int = 4001) -> np.ndarray:
+    dense = np.linspace(lo, hi, n)
+    logs = np.logspace(-30, np.log10(max(abs(lo), abs(hi))), 400)
+    return np.concatenate([dense, logs, -logs, [0.0]]).astype(np.float32).astype(np.float64)
+
+
+def test_atan_polynomial_fit() -> None:
+    coefs = atan_coefficients()
+    assert coefs == atan_coefficients()  # deterministic
+    t = np.linspace(0, 1, 100001)
+    approx = sum(c * t ** (2 * k + 1) for k, c in enumerate(coefs))
+    assert np.abs(approx - np.arctan(t)).max() < 1e-9  # the fit in float64
+
+
+@pytest.mark.parametrize(
+    ("name", "expr", "ref", "lo", "hi", "abs_tol", "rel_tol"),
+    [
+        ("atan", sympy.atan(U), np.arctan, -1e6, 1e6, 2e-7, None),
+        ("tanh", sympy.tanh(U), np.tanh, -30, 30, 2e-7, 1e-6),
+        ("asinh", sympy.asinh(U), np.arcsinh, -1e30, 1e30, None, 1e-6),
+        ("sinh", sympy.sinh(U), np.sinh, -80, 80, None, 1e-6),
+        ("cosh", sympy.cosh(U), np.cosh, -80, 80, None, 1e-6),
+        ("erfc", sympy.erfc(U), np.vectorize(math.erfc), -8, 8, 2e-7, None),
+        ("erf", sympy.erf(U), np.vectorize(math.erf), -8, 8, 2e-7, None),
+        # exp(p*log x): relative error grows like |p log x| * eps, 3e-6 at x = 1e-30
+        (
+            "pow07",
+            sympy.Abs(U) ** sympy.Rational(7, 10),
+            lambda v: np.abs(v) ** 0.7,
+            -1e4,
+            1e4,
+            None,
+            5e-6,
+        ),
+    ],  # fmt: skip
+)
+def test_triton_helpers_accuracy(name, expr, ref, lo, hi, abs_tol, rel_tol, interpreter) -> None:
+    x = _grid(lo, hi)
+    got = _triton_f(expr, x)
+    want = ref(x)
+    err = np.abs(got - want)
+    if abs_tol is not None:
+        assert err.max() < abs_tol, (name, x[err.argmax()], err.max())
+    if rel_tol is not None:
+        rel = err / np.maximum(np.abs(want), 1e-300)
+        assert rel.max() < rel_tol, (name, x[rel.argmax()], rel.max())
+
+
+def test_general_power_at_zero(interpreter) -> None:
+    x = np.array([0.0, 1.0])
+    assert _triton_f(sympy.Abs(U) ** sympy.Rational(7, 10), x)[0] == 0.0
+    assert _triton_f(sympy.Abs(U) ** sympy.Rational(-3, 10), x)[0] == math.inf
+
+
+def test_integer_and_half_powers_need_no_pow_call() -> None:
+    for printer in (TorchPrinter(U), TritonPrinter(U)):
+        five = printer.print(U**5)
+        assert "pow" not in five and "**" not in five and five.count("u") == 5
+        assert printer.print(U**-3).startswith("1.0 / (")
+        assert "sqrt" in printer.print((U**2 + 1) ** sympy.Rational(3, 2))
+    assert "tl.exp(0.7 * tl.log(" in TritonPrinter(U).print(sympy.Abs(U) ** sympy.Rational(7, 10))
+
+
+def test_piecewise_becomes_nested_where() -> None:
+    pw = sympy.Piecewise((0, U < -1), (U, U <= 1), (1, True))
+    assert TritonPrinter(U).print(pw).count("tl.where(") == 2
+    assert TorchPrinter(U).print(pw).count("torch.where(") == 2
+
+
+def test_cse_shares_work_between_f_and_its_derivative() -> None:
+    lines, out = cse_lines(TritonPrinter(U), {"f": sympy.tanh(U), "df": 1 - sympy.tanh(U) ** 2})
+    assert lines == ["    t0 = _tanh(u)"]
+    assert out == {"f": "t0", "df": "1.0 - t0 * t0"}
+
+
+@pytest.mark.parametrize("bad", [sympy.gamma(U), sympy.Symbol("v") * U, U**U])
+def test_unknown_nodes_are_refused(bad: sympy.Expr) -> None:
+    with pytest.raises((PrinterError, ValueError)):
+        compile_candidate(Expr("bad", bad, sympy.Integer(1))).torch_module
+
+
+def test_generated_source_is_readable(kernel_cache) -> None:
+    from normfree.search_space import catalog
+
+    op = compile_candidate(catalog.get("saturlog"))
+    source = open(op.triton_module.__file__).read()  # noqa: SIM115 - read whole file
+    assert "canonical:" in source and "def _f_df(u):" in source and "def _fwd_kernel(" in source
+    assert "\n    t0 = " in source  # named temporaries from cse
+    compile(source, "generated", "exec")  # valid Python

@@ -99,7 +99,9 @@ class DriverSummary:
     requeued_expired: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
-    overhead_s: float = 0.0  # time the loop spent outside waiting on Ray (scheduling + storage)
+    loop_s: float = 0.0  # time the loop spent outside waiting on Ray (scheduling + storage)
+    trial_s: float = 0.0  # sum over collected trials of their own work (train_trial)
+    report_s: float = 0.0  # sum of the trials' per-epoch report callbacks (storage, Optuna)
 
 
 class StudyDriver:
@@ -271,6 +273,8 @@ class StudyDriver:
             elif row["status"] in _TERMINAL:
                 self._tell(row["optuna_number"], row["status"], row["value"])
             return
+        summary.trial_s += outcome.trial_s
+        summary.report_s += outcome.report_s
         if outcome.status in _TERMINAL:
             number = self._numbers.get(trial_id)
             self._tell(number, outcome.status, outcome.value)
@@ -365,5 +369,5 @@ class StudyDriver:
         summary.status = status
         summary.counts = counts
         summary.wall_s = time.perf_counter() - t0
-        summary.overhead_s = summary.wall_s - waited
+        summary.loop_s = summary.wall_s - waited
         return summary

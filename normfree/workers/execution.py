@@ -81,7 +81,9 @@ class JobOutcome:
     value: float | None = None
     stop: StopReason | None = None
     worker: str | None = None
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the whole task body, as the worker measured it
+    trial_s: float = 0.0  # inside train_trial, minus the report callbacks: the trial's own work
+    report_s: float = 0.0  # in the report callbacks: storage writes, lease, Optuna relay
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -260,7 +262,16 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
     beat = threading.Thread(target=heartbeat, name=f"lease-{job.trial_id}", daemon=True)
     beat.start()
 
+    report_s = [0.0]
+
     def report(record: EpochRecord) -> bool:
+        r0 = time.perf_counter()
+        try:
+            return _report(record)
+        finally:
+            report_s[0] += time.perf_counter() - r0
+
+    def _report(record: EpochRecord) -> bool:
         if stop:
             return True
         # One transaction: the curve point and a lease renewal (a free heartbeat).
@@ -290,7 +301,19 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
 
     def outcome(status: str, ok: bool, value: float | None = None) -> JobOutcome:
         wall = time.perf_counter() - t0
-        return JobOutcome(job.trial_id, job.attempt, status, ok, value, reason, worker, wall)
+        trial_s = result.total_time_s - report_s[0]
+        return JobOutcome(
+            job.trial_id,
+            job.attempt,
+            status,
+            ok,
+            value,
+            reason,
+            worker,
+            wall,
+            trial_s,
+            report_s[0],
+        )
 
     if reason == "paused":
         return outcome("WAITING", store.release(job.trial_id, job.owner, job.attempt))

@@ -75,7 +75,7 @@ def test_atan_polynomial_fit() -> None:
             None,
             5e-6,
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_triton_helpers_accuracy(name, expr, ref, lo, hi, abs_tol, rel_tol, interpreter) -> None:
     x = _grid(lo, hi)
@@ -119,7 +119,7 @@ def test_cse_shares_work_between_f_and_its_derivative() -> None:
 @pytest.mark.parametrize("bad", [sympy.gamma(U), sympy.Symbol("v") * U, U**U])
 def test_unknown_nodes_are_refused(bad: sympy.Expr) -> None:
     with pytest.raises((PrinterError, ValueError)):
-        compile_candidate(Expr("bad", bad, sympy.Integer(1))).torch_module
+        _ = compile_candidate(Expr("bad", bad, sympy.Integer(1))).torch_module
 
 
 def test_generated_source_is_readable(kernel_cache) -> None:

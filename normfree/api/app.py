@@ -12,6 +12,7 @@ installed plotly package (``/vendor/plotly.min.js``), so pages render with no ne
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -83,6 +84,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
+        threading.Thread(target=services.warm_up, name="normfree-warm-up", daemon=True).start()
         try:
             yield
         finally:

@@ -311,6 +311,14 @@ def _catalog_public() -> tuple[S.CandidatePublic, ...]:
     return tuple(_candidate_public(c, source="catalog") for c in catalog.all())
 
 
+def warm_up() -> None:
+    """Load the catalog and its properties once (the first request would otherwise pay)."""
+    try:
+        _catalog_public()
+    except Exception:  # a warm-up failure shows up again, with its reason, in the request
+        log.warning("catalog warm-up failed", exc_info=True)
+
+
 def _parse_formula(formula: str, name: str) -> Any:
     """Parse a user formula; the parser's positioned message becomes a 422."""
     from normfree.search_space import ExpressionError, parse

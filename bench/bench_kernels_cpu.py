@@ -1,0 +1,214 @@
+"""CPU forward+backward of the generated Derf operator vs nn.LayerNorm and the naive eager Derf.
+
+Providers (rows keyed by provider, shape, threads, torch version):
+- ``layernorm``: ``nn.LayerNorm(D)``, the time budget (goal: generated <= 1.0x).
+- ``naive``: ``gamma * erf(alpha * x + s) + beta`` through plain autograd, as the paper's code
+  does it; imported from ``tests/kernels/reference.py``, the same reference the tests check the
+  kernels against (goal: generated <= 0.25x, peak memory no higher).
+- ``generated-eager``: ``pointwise_norm(..., backend="torch")``: generated torch code, eager.
+- ``generated-compile``: the same code fused by ``torch.compile`` (inductor C++).
+
+Timing: one fwd+bwd step (``y = op(x); y.backward(dy)``, parameter grads included), providers
+interleaved round-robin so that load from other users of this shared machine hits all of them
+alike; the median of the rounds is reported. Ratios are only meaningful within one run.
+
+Memory: peak resident memory of the process during one step minus the resident memory before it
+(Linux ``VmHWM`` after resetting it through ``/proc/self/clear_refs``), with glibc's mmap
+threshold pinned at 128 KiB so every large tensor is its own mapping and is returned to the OS
+when freed (otherwise a freed buffer stays resident and hides the next step's allocations).
+``tracemalloc`` cannot see torch's allocations, and CPU torch keeps no allocator statistics.
+
+``--quick`` (< 30 s): one shape, one thread, eager providers only. The last line printed is one
+JSON object; full results go to bench/results/kernels_cpu.json (or kernels_cpu_quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "kernels"))
+from reference import reference_norm  # noqa: E402  (the tests' reference, shared)
+
+from normfree.kernels import pointwise_norm  # noqa: E402
+from normfree.search_space import catalog  # noqa: E402
+
+SHAPES = [(8192, 384), (4096, 768)]
+
+
+def _pin_mmap_threshold() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: fixed, so large frees unmap
+    except OSError:
+        pass
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def peak_step_bytes(step: Callable[[], object]) -> int:
+    gc.collect()
+    before = _status_kib("VmRSS")
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return -1
+    keep = step()
+    peak = _status_kib("VmHWM")
+    del keep
+    return max(0, peak - before) * 1024
+
+
+def make_providers(d: int) -> dict[str, Callable[[torch.Tensor, torch.Tensor], object]]:
+    erf = catalog.get("erf")
+    ln = torch.nn.LayerNorm(d)
+    params = [
+        torch.tensor(0.5, requires_grad=True),
+        torch.tensor(0.1, requires_grad=True),
+        torch.ones(d, requires_grad=True),
+        torch.zeros(d, requires_grad=True),
+    ]
+
+    def run(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., object]:
+        def step(x: torch.Tensor, dy: torch.Tensor) -> object:
+            y = fn(x)
+            y.backward(dy)
+            return y
+
+        return step
+
+    return {
+        "layernorm": run(ln),
+        "naive": run(lambda x: reference_norm(x, torch.erf, *params)),
+        "generated-eager": run(lambda x: pointwise_norm(x, erf, *params, backend="torch")),
+        "generated-compile": run(lambda x: pointwise_norm(x, erf, *params, backend="compile")),
+    }
+
+
+def bench_shape(
+    shape: tuple[int, int], threads: int, names: list[str], rounds: int
+) -> list[dict[str, object]]:
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen).requires_grad_()
+    dy = torch.randn(shape, generator=gen)
+    providers = {k: v for k, v in make_providers(shape[1]).items() if k in names}
+    warm: dict[str, float] = {}
+    for name, step in providers.items():  # first call: compilation, cache files
+        started = time.perf_counter()
+        step(x, dy)
+        step(x, dy)
+        warm[name] = time.perf_counter() - started
+    times: dict[str, list[float]] = {name: [] for name in providers}
+    for _ in range(rounds):
+        for name, step in providers.items():
+            x.grad = None
+            started = time.perf_counter()
+            step(x, dy)
+            times[name].append(time.perf_counter() - started)
+    rows = []
+    for name in providers:
+        rows.append({
+            "kernel": "pointwise_norm[erf]", "provider": name, "mode": "fwd+bwd",
+            "shape": list(shape), "threads": threads, "device": "cpu",
+            "torch": torch.__version__, "median_ms": 1e3 * statistics.median(times[name]),
+            "min_ms": 1e3 * min(times[name]), "first_two_calls_s": warm[name],
+        })  # fmt: skip
+    base = {r["provider"]: r for r in rows}
+    for r in rows:
+        for ref in ("layernorm", "naive"):
+            if ref in base:
+                r[f"time_vs_{ref}"] = r["median_ms"] / base[ref]["median_ms"]  # type: ignore[operator]
+    return rows
+
+
+def measure_memory(rows: list[dict[str, object]], shape: tuple[int, int], names: list[str]) -> None:
+    """Peak step memory per provider (after all timing: the pinned threshold slows allocation)."""
+    _pin_mmap_threshold()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen).requires_grad_()
+    dy = torch.randn(shape, generator=gen)
+    providers = {k: v for k, v in make_providers(shape[1]).items() if k in names}
+    peaks = {}
+    for name, step in providers.items():
+        step(x, dy)  # warm (compiled code loaded, caches filled)
+        x.grad = None
+        peaks[name] = peak_step_bytes(lambda s=step: s(x, dy))
+        x.grad = None
+    for r in rows:
+        if tuple(r["shape"]) == shape and r["provider"] in peaks:  # type: ignore[arg-type]
+            r["peak_step_bytes"] = peaks[r["provider"]]  # type: ignore[index]
+            if peaks.get("naive", 0) > 0:
+                r["memory_vs_naive"] = peaks[r["provider"]] / peaks["naive"]  # type: ignore[index]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one shape, 1 thread, eager only")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    if args.quick:
+        plan = [((4096, 768), 1)]
+        names = ["layernorm", "naive", "generated-eager"]
+        rounds = 5
+    else:
+        plan = [(shape, threads) for threads in (1, 2) for shape in SHAPES]
+        names = ["layernorm", "naive", "generated-eager", "generated-compile"]
+        rounds = args.rounds
+    started = time.perf_counter()
+    rows: list[dict[str, object]] = []
+    for shape, threads in plan:
+        rows.extend(bench_shape(shape, threads, names, rounds))
+        r = rows[-len(names) :]
+        print(" | ".join(f"{x['provider']} {x['median_ms']:.1f} ms" for x in r),
+              f"  [{shape[0]}x{shape[1]}, {threads} thread(s)]", file=sys.stderr)  # fmt: skip
+    torch.set_num_threads(1)
+    for shape in sorted({shape for shape, _ in plan}):
+        measure_memory(rows, shape, names)
+    out = (
+        ROOT
+        / "bench"
+        / "results"
+        / ("kernels_cpu_quick.json" if args.quick else "kernels_cpu.json")
+    )
+    out.write_text(json.dumps({"rows": rows, "note": "ratios measured in one run on a shared, "
+                               "loaded 2-core machine"}, indent=1))  # fmt: skip
+    best = "generated-eager" if args.quick else "generated-compile"
+    headline = [r for r in rows if r["provider"] == best]
+
+    def by_config(key: str) -> dict[str, float]:
+        return {
+            f"{r['shape'][0]}x{r['shape'][1]}@{r['threads']}": round(float(r.get(key, "nan")), 3)  # type: ignore[index,arg-type]
+            for r in headline
+        }
+
+    summary = {
+        "bench": "kernels_cpu",
+        "quick": args.quick,
+        "provider": best,
+        "time_vs_layernorm": by_config("time_vs_layernorm"),
+        "time_vs_naive": by_config("time_vs_naive"),
+        "memory_vs_naive": by_config("memory_vs_naive"),
+        "results": str(out.relative_to(ROOT)),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

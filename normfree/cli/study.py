@@ -42,6 +42,15 @@ def _store(settings: Any) -> Any:
     return store
 
 
+def _board(store: Any, proxy: str, **kw: Any) -> list[dict[str, Any]]:
+    """The leaderboard, without scipy's precision warning for seeds that agree exactly."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*[Pp]recision loss")
+        return store.repo.leaderboard(proxy, **kw)
+
+
 def _split(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
@@ -136,7 +145,7 @@ def _create_and_maybe_run(
         if not as_json:
             click.echo(f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials")
         out["run"] = _run_driver(study_id, settings, as_json, parallel)
-        out["leaderboard"] = store.repo.leaderboard(spec.proxy, study_id=study_id)
+        out["leaderboard"] = _board(store, spec.proxy, study_id=study_id)
 
     def human(r: dict[str, Any]) -> None:
         if detach:
@@ -389,7 +398,7 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     store = _store(settings)
     found = _study_or_fail(store, study_id, as_json)
     out = _run_driver(study_id, settings, as_json, parallel)
-    out["leaderboard"] = store.repo.leaderboard(found["proxy"], study_id=study_id)
+    out["leaderboard"] = _board(store, found["proxy"], study_id=study_id)
 
     def human(r: dict[str, Any]) -> None:
         click.echo(f"study {study_id}: {r['status']} ({_counts_line(r['counts'])})")
@@ -590,5 +599,71 @@ def leaderboard(
 ) -> None:
     """Arms ranked over seeds: mean ± CI, n, diverged, ≈best flag, paired diff vs LayerNorm."""
     store = _store(_settings(database_url))
-    rows = store.repo.leaderboard(proxy, study_id=study_id, group=group, metric=metric)
+    rows = _board(store, proxy, study_id=study_id, group=group, metric=metric)
     emit(rows, as_json, _print_leaderboard)
+
+
+# ------------------------------------------------------------------------------------- demo
+
+# The demo study: does zero-centredness matter? erf and tanh shifted horizontally, LayerNorm
+# beside them, two paired seeds, a short vit-digits schedule (4 epochs, half an epoch of warmup:
+# long enough that f(u + 1) visibly fails where f(u) trains). About a minute on two cores.
+DEMO_STUDY: dict[str, Any] = {
+    "kind": "property",
+    "name": "demo: zero-centredness (horizontal shift)",
+    "proxy": "vit-digits",
+    "seeds": 2,
+    "functions": ["erf", "tanh"],
+    "transform": "shift_h",
+    "values": [-1.0, 0.0, 1.0],
+    "baselines": ["layernorm"],
+    "epochs": 4,
+    "params": {"warmup_epochs": 0.5},
+}
+
+
+def demo_study(
+    database_url: str | None = None, *, as_json: bool = False, **overrides: Any
+) -> dict[str, Any]:
+    """Create and run the demo property study on the embedded default; return its results.
+
+    ``overrides`` replace fields of :data:`DEMO_STUDY` (tests use a tiny proxy).
+    """
+    from normfree.specs import StudySpec
+    from normfree.workers.driver import create_study
+
+    settings = _settings(database_url)
+    spec = StudySpec(**{**DEMO_STUDY, **overrides})
+    study_id = create_study(spec, settings=settings)
+    store = _store(settings)
+    if not as_json:
+        n = store.repo.study_progress(study_id)["total"]
+        click.echo(
+            f"\nstudy {study_id}: {spec.transform} of {', '.join(spec.functions)} over "
+            f"{spec.values} + {', '.join(spec.baselines)}, {spec.seeds} seeds on {spec.proxy} "
+            f"({n} trials, local Ray)"
+        )
+    run = _run_driver(study_id, settings, as_json, None)
+    return {
+        "study_id": study_id,
+        "proxy": spec.proxy,
+        "run": run,
+        "leaderboard": _board(store, spec.proxy, study_id=study_id),
+        "database": store.url,
+        "optuna_storage": store.optuna_url,
+    }
+
+
+def print_demo_study(result: dict[str, Any]) -> None:
+    """The demo study's human summary: leaderboard, and where its results live."""
+    r = result["run"]
+    click.echo(
+        f"study {result['study_id']}: {r['status']} in {r['wall_s']} s "
+        f"({_counts_line(r['counts'])})"
+    )
+    _print_leaderboard(result["leaderboard"])
+    click.echo(f"results: {result['database']}  (Optuna: {result['optuna_storage']})")
+    click.echo(
+        f"see also: normfree study status {result['study_id']}  |  "
+        f"normfree leaderboard --proxy {result['proxy']}  |  normfree serve"
+    )

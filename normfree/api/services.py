@@ -303,12 +303,21 @@ def candidate_dict(c: Any) -> dict[str, Any]:
     return d
 
 
-@lru_cache(maxsize=1)
-def _catalog_public() -> tuple[S.CandidatePublic, ...]:
-    """The catalog as public rows, computed once per process (properties cost ~ms each)."""
-    from normfree.search_space import catalog
+_CATALOG_LOCK = threading.Lock()
+_CATALOG: tuple[S.CandidatePublic, ...] | None = None
 
-    return tuple(_candidate_public(c, source="catalog") for c in catalog.all())
+
+def _catalog_public() -> tuple[S.CandidatePublic, ...]:
+    """The catalog as public rows, built once per process under a lock (seconds of sympy: the
+    warm-up thread and early requests must not each build it)."""
+    global _CATALOG
+    if _CATALOG is None:
+        with _CATALOG_LOCK:
+            if _CATALOG is None:
+                from normfree.search_space import catalog
+
+                _CATALOG = tuple(_candidate_public(c, source="catalog") for c in catalog.all())
+    return _CATALOG
 
 
 def warm_up() -> None:
@@ -319,12 +328,20 @@ def warm_up() -> None:
         log.warning("catalog warm-up failed", exc_info=True)
 
 
+@lru_cache(maxsize=1024)
+def _parse_cached(formula: str, name: str) -> Any:
+    """Parsing is pure (text in, frozen Candidate out): resubmissions reuse the result."""
+    from normfree.search_space import parse
+
+    return parse(formula, name=name)
+
+
 def _parse_formula(formula: str, name: str) -> Any:
     """Parse a user formula; the parser's positioned message becomes a 422."""
-    from normfree.search_space import ExpressionError, parse
+    from normfree.search_space import ExpressionError
 
     try:
-        return parse(formula, name=name)
+        return _parse_cached(formula, name)
     except ExpressionError as exc:
         raise ApiError(
             422,
@@ -572,10 +589,19 @@ def _enrich(group: str | None, props: Mapping[str, Any] | None, name: str) -> tu
         return group, props
     if name in BASELINES:
         return group or "baseline", props or {}
+    info = _catalog_info(name)
+    if info is None:
+        return group, props or {}
+    return group or info[0], props or info[1]
+
+
+@lru_cache(maxsize=4096)
+def _catalog_info(name: str) -> tuple[str, dict[str, Any]] | None:
+    """(group, properties) of a catalog name or transform call, computed once per name."""
     cand = _resolve_cached(name)
     if cand is None:
-        return group, props or {}
-    return group or cand.group, props or candidate_dict(cand).get("properties") or {}
+        return None
+    return cand.group, candidate_dict(cand).get("properties") or {}
 
 
 def leaderboard(

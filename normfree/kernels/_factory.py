@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -10,36 +9,14 @@ from torch import nn
 
 from normfree.kernels._module import PointwiseNorm, Shift
 from normfree.kernels._ops import Backend
+from normfree.search_space import catalog, parse
 from normfree.specs import NormSpec
 
 
 def _resolve_candidate(name: str, formula: str | None) -> Any:
-    try:
-        from normfree.search_space import catalog, parse
-    except ImportError:  # TEMPORARY until search_space lands: erf and tanh only
-        return _bootstrap_candidate(name)
     if formula is not None:
         return parse(formula, name=name)
     return catalog.resolve(name)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Bootstrap:
-    name: str
-    expr: Any
-    derivative: Any
-
-
-def _bootstrap_candidate(name: str) -> Any:
-    import sympy
-
-    u = sympy.Symbol("u", real=True)
-    funcs = {"erf": sympy.erf, "tanh": sympy.tanh}
-    if name not in funcs:
-        raise LookupError(f"{name!r}: normfree.search_space is not available yet")
-
-    expr = funcs[name](u)
-    return _Bootstrap(name, expr, sympy.diff(expr, u))
 
 
 def create_norm(

@@ -91,14 +91,16 @@ class CompiledOperator:
             lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
-    def compiled(self, which: Literal["forward", "backward"]) -> Any:
-        """torch.compile'd forward / backward pointwise half (built once, dynamic shapes)."""
+    def compiled(self, which: Literal["forward", "backward", "backward_blocked"]) -> Any:
+        """torch.compile'd forward / backward pieces (built once each, dynamic shapes)."""
         if which not in self._compiled:
             mod = self.torch_module
             if which == "forward":
                 fn = functools.partial(_torch_ops.forward_math, mod.f)
-            else:
+            elif which == "backward":
                 fn = functools.partial(_torch_ops.backward_pointwise, mod.f_and_df)
+            else:
+                fn = functools.partial(_torch_ops.backward_blocked, mod.f_and_df)
             self._compiled[which] = torch.compile(fn, dynamic=True, fullgraph=True)
         return self._compiled[which]
 
@@ -191,6 +193,12 @@ class PointwiseNormFunction(torch.autograd.Function):
             from normfree.kernels import _triton_ops
 
             grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
+        elif ctx.backend == "compile" and (block := _torch_ops.row_block(x.numel() // x.shape[-1])):
+            dx, *partials = op.compiled("backward_blocked")(dy, x, alpha, s, gamma, block)
+            p_alpha, p_s, p_gamma, p_beta = partials
+            d_s = None if s is None else p_s.sum(0) if per_channel else p_s.sum()
+            d_gamma = None if p_gamma is None else p_gamma.sum(0)
+            grads = (dx.view(x.shape), p_alpha.sum(), d_s, d_gamma, p_beta.sum(0))
         else:
             pointwise = op.compiled("backward") if ctx.backend == "compile" else None
             grads = _torch_ops.backward_math(

@@ -66,6 +66,42 @@ def backward_pointwise(
     return g * a, g, h
 
 
+def row_block(m: int) -> int:
+    """Rows per block for :func:`backward_blocked`: the largest of 64, 32, 16, 8 dividing m."""
+    return next((r for r in (64, 32, 16, 8) if m % r == 0), 0)
+
+
+def backward_blocked(
+    f_and_df: FnDf,
+    dy: Tensor,
+    x: Tensor,
+    alpha: Tensor,
+    s: Tensor | None,
+    gamma: Tensor | None,
+    block: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor]:
+    """dx and ``[M / block, D]`` partial column sums of (g*x, g, dy*f, dy), for torch.compile.
+
+    The compiled form of the whole backward when ``block`` rows divide M: reducing a short
+    ``[block, D]`` strip per output row keeps inductor's column walk inside the cache, and nothing
+    of size M x D but dx is written. Measured ~30% faster than pointwise + ATen reductions
+    (bench/bench_kernels_cpu.py, same run); the host finishes the sums over the row blocks.
+    """
+    ct = compute_dtype(x.dtype)
+    a = alpha.to(ct)
+    xc = x.to(ct)
+    u = xc * a
+    if s is not None:
+        u = u + s.to(ct)
+    fu, dfu = f_and_df(u)
+    dyc = dy.to(ct)
+    g = dyc * dfu if gamma is None else dyc * gamma.to(ct) * dfu
+    blocks = (-1, block, x.shape[-1])  # (M / block, block, D)
+    gb = g.reshape(blocks)
+    h = (dyc * fu).reshape(blocks).sum(1) if gamma is not None else None
+    return g * a, (gb * xc.reshape(blocks)).sum(1), gb.sum(1), h, dyc.reshape(blocks).sum(1)
+
+
 def backward_reduce(
     dy: Tensor, x: Tensor, g: Tensor, h: Tensor | None, s: Tensor | None, s_per_channel: bool
 ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:

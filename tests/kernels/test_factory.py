@@ -103,11 +103,12 @@ def test_copies_and_pickles_share_the_generated_code() -> None:
     torch.testing.assert_close(restored(x), norm(x))
 
 
-def test_compile_backend_matches_the_reference() -> None:
+@pytest.mark.parametrize("shape", [(6, 40), (2, 32, 40)])  # rows: 6 (no row block), 64 (blocked)
+def test_compile_backend_matches_the_reference(shape: tuple[int, ...]) -> None:
     """torch.compile of the generated torch code (the fused CPU path), fwd and all grads."""
     candidate = catalog.get("erf")
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(6, 40, generator=gen, requires_grad=True)
+    x = torch.randn(shape, generator=gen, requires_grad=True)
     params = [torch.tensor(0.7), torch.tensor(0.2), torch.randn(40, generator=gen),
               torch.randn(40, generator=gen)]  # fmt: skip
     params = [p.requires_grad_() for p in params]

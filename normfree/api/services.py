@@ -377,6 +377,13 @@ def run_prescreen(candidate: Any) -> S.PrescreenPublic:
     return out
 
 
+def cached_prescreen(fingerprint: str | None) -> S.PrescreenPublic | None:
+    """The prescreen this process ran for a function, if any (results are not stored yet)."""
+    if not fingerprint:
+        return None
+    return _PRESCREEN_CACHE.get(f"{PRESCREEN_PROXY}:{fingerprint}")
+
+
 def _run_prescreen(candidate: Any) -> S.PrescreenPublic:
     """The zero-cost prescreen, bounded to seconds; a failure is reported, never raised."""
     t0 = time.perf_counter()
@@ -919,6 +926,10 @@ def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPub
     if row is None:
         raise not_found("study", study_id)
     allowed, target = _TRANSITIONS[action]
+    if action == "resume" and state.runner is not None and not state.runner.is_active(study_id):
+        # A study left pending/running by a stopped server has no driver: resuming restarts one
+        # (the driver requeues trials whose leases expired).
+        allowed = allowed | {"pending", "running"}
     if row["status"] not in allowed:
         raise ApiError(
             409,

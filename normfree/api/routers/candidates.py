@@ -16,6 +16,7 @@ from normfree.api.schemas import (
     CandidatePublic,
     CandidateSubmitted,
     PlotData,
+    PrescreenPublic,
 )
 
 router = APIRouter(prefix="/candidates", tags=["candidates"])
@@ -40,6 +41,9 @@ class CandidateDetail(CandidatePublic):
 
     plot: PlotData | None = None
     results: list[dict] = Field(default_factory=list)
+    prescreen: PrescreenPublic | None = Field(
+        default=None, description="The submission's prescreen, when this server ran it."
+    )
 
 
 @router.post(
@@ -92,4 +96,5 @@ def get_candidate(
         **pub.model_dump(),
         plot=services.candidate_plot(cand),
         results=services.candidate_results(state, pub.name),
+        prescreen=services.cached_prescreen(pub.fingerprint),
     )

@@ -133,7 +133,12 @@ def page_candidate(
         figure = plots.to_div(plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure")
     results = services.candidate_results(state, pub.name)
     return _render(
-        request, "candidate.html", candidate=pub, figure=figure, results=results, prescreen=None
+        request,
+        "candidate.html",
+        candidate=pub,
+        figure=figure,
+        results=results,
+        prescreen=services.cached_prescreen(pub.fingerprint),
     )
 
 

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
 
     # Ray: unset starts an embedded local cluster on demand; an address joins an existing one.
     ray_address: str | None = None
+    # Ray Jobs API of a cluster (http://head:8265): set, studies are submitted there as Ray jobs
+    # (one per study, idempotent by id) so the API process never drives long studies itself.
+    ray_jobs_address: str | None = None
     # Cap for the embedded object store: Ray's default takes 30% of memory, far more than trials need.
     ray_object_store_bytes: int = 200 * 1024 * 1024
     trial_cpus: float = 1.0

@@ -13,9 +13,9 @@ interleaved round-robin so that load from other users of this shared machine hit
 alike; the median of the rounds is reported. Ratios are only meaningful within one run.
 
 Memory: peak resident memory of the process during one step minus the resident memory before it
-(Linux ``VmHWM`` after resetting it through ``/proc/self/clear_refs``), with glibc's mmap
-threshold pinned at 128 KiB so every large tensor is its own mapping and is returned to the OS
-when freed (otherwise a freed buffer stays resident and hides the next step's allocations).
+(Linux ``VmHWM`` after resetting it through ``/proc/self/clear_refs``), measured before any timing
+with glibc's mmap threshold pinned at 128 KiB, so every large tensor is its own mapping and leaves
+the process when freed (otherwise a freed buffer stays resident and hides the next allocations).
 ``tracemalloc`` cannot see torch's allocations, and CPU torch keeps no allocator statistics.
 
 ``--quick`` (< 30 s): one shape, one thread, eager providers only. The last line printed is one
@@ -25,6 +25,7 @@ JSON object; full results go to bench/results/kernels_cpu.json (or kernels_cpu_q
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import json
@@ -46,12 +47,10 @@ from normfree.search_space import catalog  # noqa: E402
 SHAPES = [(8192, 384), (4096, 768)]
 
 
-def _pin_mmap_threshold() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: fixed, so large frees unmap
-    except OSError:
-        pass
+def _mmap_threshold(nbytes: int) -> None:
+    """glibc M_MMAP_THRESHOLD (fixed from then on): allocations above it are their own mapping."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, nbytes)
 
 
 def _status_kib(field: str) -> int:
@@ -137,9 +136,8 @@ def bench_shape(
     return rows
 
 
-def measure_memory(rows: list[dict[str, object]], shape: tuple[int, int], names: list[str]) -> None:
-    """Peak step memory per provider (after all timing: the pinned threshold slows allocation)."""
-    _pin_mmap_threshold()
+def measure_memory(shape: tuple[int, int], names: list[str]) -> dict[str, int]:
+    """Peak step memory per provider (runs first, while every large tensor is its own mapping)."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen).requires_grad_()
     dy = torch.randn(shape, generator=gen)
@@ -150,11 +148,17 @@ def measure_memory(rows: list[dict[str, object]], shape: tuple[int, int], names:
         x.grad = None
         peaks[name] = peak_step_bytes(lambda s=step: s(x, dy))
         x.grad = None
+    return peaks
+
+
+def attach_memory(
+    rows: list[dict[str, object]], peaks: dict[tuple[int, int], dict[str, int]]
+) -> None:
     for r in rows:
-        if tuple(r["shape"]) == shape and r["provider"] in peaks:  # type: ignore[arg-type]
-            r["peak_step_bytes"] = peaks[r["provider"]]  # type: ignore[index]
-            if peaks.get("naive", 0) > 0:
-                r["memory_vs_naive"] = peaks[r["provider"]] / peaks["naive"]  # type: ignore[index]
+        got = peaks[tuple(r["shape"])]  # type: ignore[arg-type]
+        r["peak_step_bytes"] = got[r["provider"]]  # type: ignore[index]
+        if got.get("naive", 0) > 0:
+            r["memory_vs_naive"] = got[r["provider"]] / got["naive"]  # type: ignore[index]
 
 
 def main() -> None:
@@ -171,15 +175,20 @@ def main() -> None:
         names = ["layernorm", "naive", "generated-eager", "generated-compile"]
         rounds = args.rounds
     started = time.perf_counter()
+    # Memory first, with every large tensor its own mapping (128 KiB threshold: a freed buffer
+    # leaves the process); then a 64 MiB threshold for timing, like glibc's own steady state
+    # (buffers reused from the heap instead of page-faulted in on every step).
+    _mmap_threshold(128 * 1024)
+    torch.set_num_threads(1)
+    peaks = {shape: measure_memory(shape, names) for shape in sorted({s for s, _ in plan})}
+    _mmap_threshold(64 * 1024 * 1024)
     rows: list[dict[str, object]] = []
     for shape, threads in plan:
         rows.extend(bench_shape(shape, threads, names, rounds))
         r = rows[-len(names) :]
         print(" | ".join(f"{x['provider']} {x['median_ms']:.1f} ms" for x in r),
               f"  [{shape[0]}x{shape[1]}, {threads} thread(s)]", file=sys.stderr)  # fmt: skip
-    torch.set_num_threads(1)
-    for shape in sorted({shape for shape, _ in plan}):
-        measure_memory(rows, shape, names)
+    attach_memory(rows, peaks)
     out = (
         ROOT
         / "bench"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,10 @@ class Settings(BaseSettings):
 
     # Generated Triton/torch kernels are written here, keyed by canonical form and dtype.
     kernel_cache: Path = Path.home() / ".cache" / "normfree" / "kernels"
+    # What backend="auto" runs on CPU tensors: "torch" (generated code, eager: no start-up cost)
+    # or "compile" (the same code fused by torch.compile: ~3x faster per step, ~10-20 s to
+    # compile per candidate and process). See README: kernels.
+    kernel_cpu_backend: Literal["torch", "compile"] = "torch"
     # Where user datasets (.npz or image folders) are looked up by name.
     data_dir: Path = Path("data")
 

@@ -7,7 +7,7 @@ Layering (Liger style): generated ``_fwd_kernel``/``_bwd_kernel`` (Triton) or ge
 Backends: ``"triton"`` (generated Triton; CUDA tensors, or CPU tensors under
 ``TRITON_INTERPRET=1``), ``"torch"`` (generated torch code, eager), ``"compile"`` (the same
 torch code fused by ``torch.compile``) and ``"auto"``: Triton on CUDA, and on CPU the torch
-path selected by :data:`CPU_AUTO` (see its comment for the measurement behind it).
+path selected by :func:`cpu_auto` (see its docstring for the measurement behind it).
 
 ``import normfree.kernels`` does not import triton: Triton decides at *its* import whether
 ``@triton.jit`` makes interpreter objects (``TRITON_INTERPRET``), so importing it early from a
@@ -29,12 +29,20 @@ from torch import Tensor
 from normfree.kernels import _torch_ops
 from normfree.kernels._cache import cache_key, load_generated
 from normfree.kernels._codegen import torch_source, triton_source
+from normfree.settings import get_settings
 
 Backend = Literal["auto", "triton", "torch", "compile"]
 BACKENDS = ("auto", "triton", "torch", "compile")
 
-# What "auto" runs on CPU tensors. Measured by bench/bench_kernels_cpu.py (README: kernels).
-CPU_AUTO: Literal["torch", "compile"] = "torch"
+
+def cpu_auto() -> str:
+    """What "auto" runs on CPU tensors: ``get_settings().kernel_cpu_backend``, "torch" by default.
+
+    Measured by bench/bench_kernels_cpu.py: the compiled path is ~3-4x faster per step than the
+    eager one, but compiling costs ~10-20 s per candidate and process on this machine, more than a
+    whole short proxy trial, so eager is the default and "compile" the opt-in for long runs.
+    """
+    return get_settings().kernel_cpu_backend
 
 
 class CandidateLike(Protocol):
@@ -141,7 +149,7 @@ def resolve_backend(backend: Backend, x: Tensor) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        return "triton" if x.is_cuda else CPU_AUTO
+        return "triton" if x.is_cuda else cpu_auto()
     if backend == "triton" and not x.is_cuda:
         from triton import knobs
 

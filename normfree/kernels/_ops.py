@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal, Protocol
@@ -133,8 +134,9 @@ def compile_candidate(candidate: CandidateLike | CompiledOperator) -> CompiledOp
     """The (process-wide, memoised) compiled operator of a candidate."""
     if isinstance(candidate, CompiledOperator):
         return candidate
-    expr = sympy.sympify(candidate.expr)  # already sympy: this only normalises numbers
-    derivative = sympy.sympify(candidate.derivative)
+    expr, derivative = candidate.expr, candidate.derivative
+    if not isinstance(expr, sympy.Basic) or not isinstance(derivative, sympy.Basic):
+        raise TypeError("a candidate's expr and derivative must be sympy expressions")
     key = (sympy.srepr(expr), sympy.srepr(derivative))
     with _operators_lock:
         op = _operators.get(key)
@@ -161,6 +163,20 @@ def resolve_backend(backend: Backend, x: Tensor) -> str:
     return backend
 
 
+_compile_error: str | None = None
+
+
+def _disable_compile(exc: Exception) -> None:
+    """torch.compile failed in this process: warn once and run the eager torch path from now on."""
+    global _compile_error
+    _compile_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    warnings.warn(
+        f"torch.compile of the pointwise norm failed ({_compile_error}); using eager torch code",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 class PointwiseNormFunction(torch.autograd.Function):
     """y = gamma * f(alpha * x + s) + beta with a generated forward and backward.
 
@@ -183,9 +199,15 @@ class PointwiseNormFunction(torch.autograd.Function):
             from normfree.kernels import _triton_ops  # imports triton: only when used (below)
 
             y = _triton_ops.forward(op.triton_module, x, alpha, s, gamma, beta)
-        elif backend == "compile":
-            y = op.compiled("forward")(x, alpha, s, gamma, beta)
+        elif backend == "compile" and _compile_error is None:
+            try:
+                y = op.compiled("forward")(x, alpha, s, gamma, beta)
+            except Exception as exc:  # e.g. no C++ compiler: the eager path computes the same
+                _disable_compile(exc)
+                backend = "torch"
+                y = _torch_ops.forward_math(op.torch_module.f, x, alpha, s, gamma, beta)
         else:
+            backend = "torch" if backend == "compile" else backend
             y = _torch_ops.forward_math(op.torch_module.f, x, alpha, s, gamma, beta)
         ctx.save_for_backward(x, alpha, s, gamma, beta)
         ctx.op = op

@@ -318,8 +318,8 @@ def study_options(
 @click.option("--sampler", type=click.Choice(["tpe", "random"]), default="tpe", show_default=True)
 @click.option(
     "--pruner",
-    type=click.Choice(["sha", "hyperband", "median", "none"]),
-    default="sha",
+    type=click.Choice(["hyperband", "sha", "median", "none"]),
+    default="hyperband",
     show_default=True,
 )
 @click.option(
@@ -333,6 +333,12 @@ def study_options(
 @click.option("--alpha0-range", default=None, help="Also search alpha0 in LO,HI (log).")
 @click.option("--lr-range", default=None, help="Also search the learning rate in LO,HI (log).")
 @click.option("--sampler-seed", type=int, default=0, show_default=True)
+@click.option(
+    "--min-epochs",
+    type=int,
+    default=None,
+    help="No pruning before this epoch (default: a quarter of the budget).",
+)
 @_common
 def study_search(
     functions: str | None,
@@ -344,6 +350,7 @@ def study_search(
     alpha0_range: str | None,
     lr_range: str | None,
     sampler_seed: int,
+    min_epochs: int | None,
     proxy: str,
     seeds: int,
     epochs: int | None,
@@ -358,6 +365,8 @@ def study_search(
     from normfree.specs import StudySpec
 
     extra: dict[str, Any] = {"top_arms": top, "sampler_seed": sampler_seed}
+    if min_epochs is not None:
+        extra["min_resource"] = min_epochs
     for key, text in (("alpha0_range", alpha0_range), ("lr_range", lr_range)):
         if text:
             rng = _floats(text, f"--{key.replace('_', '-')}")

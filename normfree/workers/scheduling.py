@@ -314,7 +314,15 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
     if spec.kind != "search" or spec.pruner == "none":
         return optuna.pruners.NopPruner()
     rf = int(spec.params.get("reduction_factor", 3))
-    min_resource = int(spec.params.get("min_resource", 1))
+    budget = spec.epochs
+    if budget is None:
+        from normfree.workers.proxies import get_preset
+
+        budget = get_preset(spec.proxy).epochs
+    # Grace period: no verdict before a quarter of the budget. Early epochs rank functions
+    # badly (warmup; on dit-tiny the eventual best is the *worst* after epoch 1), and a pruned
+    # winner is never found again. ``params["min_resource"]`` overrides.
+    min_resource = int(spec.params.get("min_resource") or max(1, budget // 4))
     if spec.pruner == "sha":
         return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=min_resource, reduction_factor=rf

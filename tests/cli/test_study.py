@@ -96,3 +96,20 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         "--proxy", "vit-tiny", "--db", db,
     )  # fmt: skip
     assert code == 2 and "comma-separated numbers" in out
+
+
+def test_demo_study_runs_end_to_end_and_prints_where_results_are(
+    tmp_path: Path, _ray: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from normfree.cli.study import DEMO_STUDY, demo_study, print_demo_study
+
+    assert DEMO_STUDY["proxy"] == "vit-digits" and DEMO_STUDY["baselines"] == ["layernorm"]
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    out = demo_study(
+        db, as_json=True, proxy="vit-tiny", epochs=1, seeds=1, functions=["erf"], values=[0.0]
+    )
+    assert out["run"]["status"] == "complete" and out["run"]["counts"]["COMPLETE"] == 2
+    assert {r["candidate"] for r in out["leaderboard"]} == {"shift_h(erf, 0)", "layernorm"}
+    print_demo_study(out)
+    text = capsys.readouterr().out
+    assert "demo.db" in text and "demo-optuna.db" in text and "layernorm" in text

@@ -240,3 +240,16 @@ def test_tiny_model_trains_like_the_reference(backend: str, interpreter) -> None
                                atol=1e-6)  # fmt: skip
     for a, b in zip(ours[1].parameters(), ref[1].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameter_gradients_are_deterministic(backend: str, interpreter) -> None:
+    """Partial sums per program, finished on the host in a fixed order: bitwise repeatable."""
+    candidate = catalog.get("tanh")
+    x = torch.randn(37, 200)
+    dy = torch.randn(37, 200)
+    params = _params(200, "scalar", True, torch.float32)
+    runs = [_run(lambda x, *p: pointwise_norm(x, candidate, *p, backend=backend), x, params, dy)
+            for _ in range(2)]  # fmt: skip
+    for a, b in zip(runs[0][1], runs[1][1], strict=True):
+        assert torch.equal(a, b)

@@ -1,0 +1,116 @@
+"""Trial speed: training samples/s per proxy and the default trials' wall times on one thread.
+
+Budgets (issue 4): a default ViT trial (one candidate, one seed) within 60 s on one CPU core,
+the default DiT trial within 120 s. Trials run on one thread, so the budget is judged on the
+process's CPU time (what the trial costs an idle core); wall time is recorded beside it.
+``--quick`` (< 30 s on an idle core) trains the tiny presets
+and two epochs of each default preset and *extrapolates* the default trial time from them
+(``estimated: true``); the full run trains the default trials end to end. The 1-minute load
+average is recorded beside each figure: on a shared machine it explains a slow run.
+
+    python bench/bench_trial.py            # full: writes bench/results/trial.json
+    python bench/bench_trial.py --quick    # writes bench/results/trial-quick.json
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BUDGET_S = {"vit-digits": 60.0, "dit-digits": 120.0}
+
+
+def run(proxy: str, norm: str, epochs: int | None = None) -> dict:
+    from normfree.specs import TrialConfig
+    from normfree.workers.trainer import parse_norm, train_trial
+
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = train_trial(TrialConfig(proxy=proxy, norm=parse_norm(norm), epochs=epochs))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "proxy": proxy,
+        "norm": norm,
+        "epochs": epochs or r.config["epochs"],
+        "status": r.status,
+        "samples_per_s": r.metrics.get("samples_per_s"),
+        # samples per second of this process's CPU time (the idle-core rate on a busy machine)
+        "samples_per_cpu_s": (r.metrics.get("samples_per_s") or 0) * wall / max(cpu, 1e-9),
+        "train_time_s": r.train_time_s,
+        "wall_s": wall,
+        # one thread: CPU time is what the trial costs an idle core; wall time on a shared
+        # machine also counts the time other processes held the core
+        "cpu_s": cpu,
+        "objective": r.objective,
+        "value": r.value,
+        "load_avg_1m": load,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--norm", default="derf")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = [run("vit-tiny", args.norm), run("dit-tiny", args.norm)]
+    defaults = []
+    for proxy, budget in BUDGET_S.items():
+        if args.quick:
+            from normfree.workers.proxies import PROXIES
+
+            short = run(proxy, args.norm, epochs=2)
+            full_epochs = PROXIES[proxy].epochs
+            share = short["cpu_s"] / max(short["wall_s"], 1e-9)  # this process's core share
+            per_epoch = short["train_time_s"] * share / 2
+            est = per_epoch * full_epochs + short["cpu_s"] - short["train_time_s"] * share
+            rows.append(short)
+            defaults.append(
+                {
+                    "proxy": proxy,
+                    "cpu_s": est,
+                    "budget_s": budget,
+                    "estimated": True,
+                    "within_budget": est <= budget,
+                }
+            )
+        else:
+            full = run(proxy, args.norm)
+            rows.append(full)
+            defaults.append(
+                {
+                    "proxy": proxy,
+                    "cpu_s": full["cpu_s"],
+                    "wall_s": full["wall_s"],
+                    "budget_s": budget,
+                    "estimated": False,
+                    "within_budget": full["cpu_s"] <= budget,
+                    "value": full["value"],
+                    "objective": full["objective"],
+                }
+            )
+    out = {
+        "bench": "trial",
+        "quick": args.quick,
+        "threads": 1,
+        "torch": torch.__version__,
+        "runs": rows,
+        "default_trials": defaults,
+        "samples_per_cpu_s": {r["proxy"]: r["samples_per_cpu_s"] for r in rows},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    name = "trial-quick.json" if args.quick else "trial.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

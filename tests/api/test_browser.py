@@ -138,7 +138,57 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             page.wait_for_selector("#submit-error")
             assert "unknown or revoked" in page.locator("#submit-error").inner_text()
 
+            # Live progress: a study created through the API, its trials finished by a "worker"
+            # (this process, through the repository) while the page is open; the page polls.
+            body = {
+                "kind": "property",
+                "proxy": "vit-tiny",
+                "functions": ["erf"],
+                "transform": "shift_v",
+                "values": [0, 0.5],
+                "seeds": 1,
+                "epochs": 1,
+            }
+            created = page.request.post(
+                base + "api/studies", data=body, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert created.status == 201, created.text()
+            sid = created.json()["id"]
+            page.goto(f"{base}studies/{sid}")
+            page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
+            assert "0/2 finished" in page.locator("#progress-text").inner_text()
+            _finish_all(url_db, sid)
+            page.wait_for_function(
+                "document.getElementById('progress-text').textContent.includes('2/2 finished')",
+                timeout=30_000,
+            )
+            # the figure was redrawn with the new cells (an error bar per finished value)
+            page.wait_for_function(
+                "document.querySelectorAll('#study-figure .point').length >= 2", timeout=30_000
+            )
+            page.wait_for_function(
+                "document.querySelectorAll('#study-tables .badge.good').length == 2",
+                timeout=30_000,
+            )  # the trial table was refreshed: both trials COMPLETE
+            page.screenshot(path=str(shots / "study_live.png"), full_page=True)
+
             assert not errors, errors
             assert not outside, outside
         finally:
             ctx.close()
+
+
+def _finish_all(database_url: str, study_id: int) -> None:
+    """Act as a worker: lease and finish every trial of the study with a synthetic result."""
+    from normfree.storage import Database, Repository
+    from tests.api.seeding import synthetic_result
+
+    db = Database(database_url)
+    repo = Repository(db, max_attempts=3)
+    try:
+        while (leased := repo.lease_next(study_id, "browser-test", 600.0)) is not None:
+            value = leased.axis_values.get("shift_v")
+            result = synthetic_result("erf", value, leased.config.seed, diverged=False)
+            assert repo.finish_trial(leased.id, "browser-test", leased.attempt, result)
+    finally:
+        db.dispose()

@@ -50,6 +50,7 @@ function watchStudy(studyId, figureDivId, intervalMs) {
         `${p.failed || 0} failed)`;
     }
     if ((p.finished || 0) !== lastDone && figureDivId && window.Plotly) {
+      if (lastDone >= 0) refreshTables();
       lastDone = p.finished || 0;
       try {
         const fr = await fetch(`/studies/${studyId}/figure.json`);
@@ -62,6 +63,20 @@ function watchStudy(studyId, figureDivId, intervalMs) {
     if (["pending", "running", "paused"].includes(study.status)) schedule();
   }
   function schedule() { setTimeout(tick, intervalMs); }
+  // Swap in the server-rendered cell and trial tables of the current page.
+  async function refreshTables() {
+    try {
+      const res = await fetch(window.location.href, { headers: { Accept: "text/html" } });
+      if (!res.ok) return;
+      const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+      const fresh = doc.getElementById("study-tables");
+      const old = document.getElementById("study-tables");
+      if (fresh && old) {
+        old.innerHTML = fresh.innerHTML;
+        old.querySelectorAll("table.sortable").forEach(makeSortable);
+      }
+    } catch (e) { /* keep the old tables */ }
+  }
   tick();
 }
 

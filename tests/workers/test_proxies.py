@@ -100,3 +100,19 @@ def test_every_preset_builds_and_runs_a_batch(name):
         assert model(x).shape == (2, res.data.num_classes)
     else:
         assert model(x, torch.tensor([1, 2]), torch.tensor([0, 1])).shape == x.shape
+
+
+def test_frechet_distance_and_the_digits_feature_space():
+    import numpy as np
+
+    from normfree.workers.data import get_dataset
+    from normfree.workers.proxies.feature_clf import fd_score, frechet_distance
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(2000, 4))
+    assert frechet_distance(a, a) == pytest.approx(0.0, abs=1e-6)
+    # shifting the mean by 1 in each of 4 dims adds 4
+    assert frechet_distance(a, a + 1.0) == pytest.approx(4.0, rel=1e-6)
+    real = torch.from_numpy(get_dataset("digits").x_val)
+    noise = torch.rand_like(real)
+    assert fd_score("digits", real) < fd_score("digits", noise) / 5

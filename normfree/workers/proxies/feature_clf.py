@@ -100,7 +100,7 @@ def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
     """||mu_a - mu_b||^2 + Tr(Ca + Cb - 2 (Ca Cb)^(1/2)) between two feature sets."""
     mu_a, mu_b = a.mean(0), b.mean(0)
     ca, cb = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    covmean, _ = linalg.sqrtm(ca @ cb, disp=False)
+    covmean = linalg.sqrtm(ca @ cb)
     if np.iscomplexobj(covmean):
         covmean = covmean.real
     return float(((mu_a - mu_b) ** 2).sum() + np.trace(ca + cb - 2 * covmean))

@@ -63,13 +63,22 @@ def run_one(job: tuple[str, str, int, int | None]) -> dict:
     }
 
 
-def summarise(rows: list[dict], functions: list[str]) -> dict:
+def _metric(r: dict, metric: str | None) -> float | None:
+    return r["value"] if metric is None else r["metrics"].get(metric)
+
+
+def summarise(rows: list[dict], functions: list[str], metric: str | None = None) -> dict:
+    """Per-function table and the spread-vs-seed-noise figures, for the objective or ``metric``."""
     by: dict[str, list[dict]] = {f: [] for f in functions}
     for r in rows:
         by.setdefault(r["function"], []).append(r)
     table = []
     for f, rs in by.items():
-        vals = [r["value"] for r in rs if r["status"] == "complete" and r["value"] is not None]
+        vals = [
+            _metric(r, metric)
+            for r in rs
+            if r["status"] == "complete" and _metric(r, metric) is not None
+        ]
         tests = [r["test"] for r in rs if r["status"] == "complete" and r["test"] is not None]
         table.append(
             {
@@ -149,6 +158,9 @@ def main() -> None:
     ap.add_argument("--functions", default=None, help="comma-separated (default: 16 + baselines)")
     ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
     ap.add_argument("--quick", action="store_true", help="vit-tiny, 4 functions, 2 seeds")
+    ap.add_argument(
+        "--summarise-only", action="store_true", help="rewrite the table from the .jsonl"
+    )
     args = ap.parse_args()
     if args.quick:
         args.proxy, args.seeds = "vit-tiny", 2
@@ -165,7 +177,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"discriminative-{tag}.jsonl"
     rows: list[dict] = []
-    if args.resume and jsonl.exists():
+    if (args.resume or args.summarise_only) and jsonl.exists():
         rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
     elif jsonl.exists():
         jsonl.unlink()
@@ -174,7 +186,7 @@ def main() -> None:
         (args.proxy, f, s, args.epochs)
         for f in functions
         for s in range(args.seeds)
-        if (f, s) not in done
+        if (f, s) not in done and not args.summarise_only
     ]
     t0 = time.perf_counter()
     from tqdm import tqdm
@@ -190,6 +202,23 @@ def main() -> None:
     summary = summarise(rows, functions)
     cmd = "python " + " ".join(["bench/discriminative.py", *sys.argv[1:]])
     md = markdown(summary, args.proxy, preset.objective, preset.direction, cmd)
+    # the same figures for the other metrics every trial records (which one separates best?)
+    others = {}
+    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc"):
+        if metric != preset.objective and any(metric in r["metrics"] for r in rows):
+            o = summarise(rows, functions, metric)
+            others[metric] = {k: o[k] for k in ("spread", "seed_std", "ratio", "resolvable_pairs")}
+    if others:
+        md += "\nOther metrics (spread / seed std, resolved pairs):\n\n"
+        for metric, o in others.items():
+            ratio = "-" if o["ratio"] is None else f"{o['ratio']:.2f}"
+            pairs = "-" if o["resolvable_pairs"] is None else f"{o['resolvable_pairs']:.2f}"
+            md += f"- {metric}: {ratio}, {pairs}\n"
+    if len(rows) < len(functions) * args.seeds:
+        md += (
+            f"\nPARTIAL: {len(rows)} of {len(functions) * args.seeds} trials finished; "
+            "rerun with --resume to complete.\n"
+        )
     (RESULTS / f"discriminative-{tag}.md").write_text(md)
     out = {
         "proxy": args.proxy,
@@ -199,7 +228,10 @@ def main() -> None:
         "workers": args.workers,
         "wall_s": time.perf_counter() - t0,
         "command": cmd,
+        "finished_trials": len(rows),
+        "planned_trials": len(functions) * args.seeds,
         **summary,
+        "other_metrics": others,
     }
     (RESULTS / f"discriminative-{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(md)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sympy
 
+from normfree.search_space._numeric import evaluate_point
 from normfree.search_space._parser import U
 
 SECANT_H = sympy.Rational(1, 1000)  # the h of the central secant at infinite-slope kinks
@@ -34,16 +35,8 @@ _MAX_POLY_DEGREE = 6
 
 
 def _point_value(expr: sympy.Expr, at: sympy.Expr) -> float | None:
-    """``expr`` at ``u = at`` as a float, or None when undefined or infinite there."""
-    try:
-        v = expr.xreplace({U: at})
-        v = sympy.N(v, _PREC)
-        f = float(v)
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-        return None
-    if f != f or f in (float("inf"), float("-inf")):
-        return None
-    return f
+    """``expr`` at ``u = at`` (40 digits, guarded mpmath), or None when undefined/infinite."""
+    return evaluate_point(expr, at, dps=_PREC)
 
 
 def kink_arguments(expr: sympy.Expr) -> list[sympy.Expr]:
@@ -97,11 +90,8 @@ def kink_points(expr: sympy.Expr) -> list[sympy.Rational]:
     """Exact rational points where a kink argument of ``expr`` vanishes (bounded work)."""
     points: set[sympy.Rational] = set()
     for g in kink_arguments(expr):
-        try:
-            if g.xreplace({U: sympy.S.Zero}) == 0:
-                points.add(sympy.S.Zero)
-        except (TypeError, ValueError, ZeroDivisionError):
-            pass
+        if evaluate_point(g, sympy.S.Zero) == 0.0:  # guarded numeric, never sympy's evalf
+            points.add(sympy.S.Zero)
         for r in poly_real_roots(g):
             if r.is_Rational:
                 points.add(r)

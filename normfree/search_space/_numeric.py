@@ -153,7 +153,12 @@ def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
         if node is sympy.false:
             return False
         if isinstance(node, sympy.Expr) and not node.free_symbols:
-            return float(node)  # constant sub-expression (2/pi, log(2), ...): once, exactly
+            # a constant sub-expression (2/pi, log(2), ...), evaluated once, guarded
+            value = evaluate_point(node, 0.0, dps=20)
+            if value is None:
+                mp_value = evaluate_point(sympy.sign(node), 0.0, dps=20)
+                return float("nan") if mp_value is None else mp_value * float("inf")
+            return value
         if isinstance(node, sympy.Add):
             acc = walk(node.args[0])
             for a in node.args[1:]:
@@ -237,3 +242,154 @@ def evaluate_numpy(expr: sympy.Basic, x: np.ndarray | float) -> np.ndarray:
     """float64 numpy evaluation (the probe grid, domain and property checks)."""
     arr = np.atleast_1d(np.asarray(x, dtype=np.float64))
     return np.asarray(evaluate_array(expr, arr), dtype=np.float64)
+
+
+# -- high-precision point evaluation (kink values, exact-ish properties) ------------------------
+
+_MP_HUGE = 1e4  # |x| beyond which exp/sinh/cosh/tanh/erf are replaced by their saturated value
+_MP_TRIG_MAX = 1e15  # sin/cos of larger arguments need unbounded argument reduction: undefined
+
+
+def _mp_guarded(name: str, x: Any, mp: Any) -> Any:
+    """mpmath functions that cannot blow up: exp(exp(exp(100))) would need a number whose
+    exponent has 1e43 digits; we saturate long before (the value is then inf, 0 or +-1)."""
+    big = abs(x) > _MP_HUGE
+    if name == "exp":
+        return (mp.inf if x > 0 else mp.zero) if big else mp.exp(x)
+    if name == "sinh":
+        return (mp.inf if x > 0 else -mp.inf) if big else mp.sinh(x)
+    if name == "cosh":
+        return mp.inf if big else mp.cosh(x)
+    if name == "tanh":
+        return mp.sign(x) if big else mp.tanh(x)
+    if name == "erf":
+        return mp.sign(x) if big else mp.erf(x)
+    if name == "erfc":
+        return (mp.zero if x > 0 else mp.mpf(2)) if big else mp.erfc(x)
+    if name in ("sin", "cos"):
+        if abs(x) > _MP_TRIG_MAX:
+            return mp.nan
+        return mp.sin(x) if name == "sin" else mp.cos(x)
+    raise ValueError(name)
+
+
+def evaluate_point(expr: sympy.Basic, at: Any, dps: int = 40) -> float | None:
+    """``expr`` at one point with ``dps`` digits (mpmath), as a float; None if not finite.
+
+    ``at`` is a float or an exact sympy Rational. Used where float64 is not enough: one-sided
+    limits at a kink (u = c +- 1e-24) and the exact-looking values f(0), f'(0). Every function
+    that could need unbounded work on hostile input is guarded (see :func:`_mp_guarded`).
+    """
+    import mpmath
+
+    mp = mpmath.mp
+    with mpmath.workdps(dps):
+        exact = isinstance(at, sympy.Rational)
+        x = mpmath.mpf(int(at.p)) / int(at.q) if exact else mpmath.mpf(at)
+        memo: dict[sympy.Basic, Any] = {}
+
+        def walk(node: sympy.Basic) -> Any:
+            if node in memo:
+                return memo[node]
+            memo[node] = value = _walk(node)
+            return value
+
+        def _walk(node: sympy.Basic) -> Any:
+            if node is U:
+                return x
+            if node is sympy.true or node is sympy.false:
+                return node is sympy.true
+            if isinstance(node, sympy.Rational):
+                return mpmath.mpf(int(node.p)) / int(node.q)
+            if isinstance(node, sympy.Float):
+                return mpmath.mpf(node._mpf_)
+            if node is sympy.pi:
+                return +mp.pi
+            if node is sympy.E:
+                return +mp.e
+            if isinstance(node, sympy.Add):
+                return mpmath.fsum(walk(a) for a in node.args)
+            if isinstance(node, sympy.Mul):
+                acc = mpmath.mpf(1)
+                for a in node.args:
+                    acc *= walk(a)
+                return acc
+            if isinstance(node, sympy.Pow):
+                b = walk(node.base)
+                e = node.exp
+                if e.free_symbols:
+                    raise ValueError("variable exponent")
+                if e.is_Integer:
+                    n = int(e)
+                    if b == 0 and n < 0:
+                        return mp.inf
+                    return b**n
+                if b < 0:
+                    return mp.nan
+                if b == 0:
+                    return mp.zero if e > 0 else mp.inf
+                return b ** walk(e)
+            if isinstance(node, sympy.Piecewise):
+                for pair in node.args:
+                    if walk(pair.cond):
+                        return walk(pair.expr)
+                return mp.nan
+            if isinstance(node, sympy.Min):
+                return min(walk(a) for a in node.args)
+            if isinstance(node, sympy.Max):
+                return max(walk(a) for a in node.args)
+            if isinstance(node, _RELATIONALS):
+                lhs, rhs = walk(node.lhs), walk(node.rhs)
+                ops = {
+                    sympy.StrictLessThan: lhs < rhs,
+                    sympy.LessThan: lhs <= rhs,
+                    sympy.StrictGreaterThan: lhs > rhs,
+                    sympy.GreaterThan: lhs >= rhs,
+                    sympy.Equality: lhs == rhs,
+                    sympy.Unequality: lhs != rhs,
+                }
+                return ops[type(node)]
+            if isinstance(node, sympy.And):
+                return all(walk(a) for a in node.args)
+            if isinstance(node, sympy.Or):
+                return any(walk(a) for a in node.args)
+            if isinstance(node, sympy.Not):
+                return not walk(node.args[0])
+            arg = walk(node.args[0])
+            if mpmath.isnan(arg):
+                return mp.nan
+            if isinstance(node, sympy.Abs):
+                return abs(arg)
+            if isinstance(node, sympy.sign):
+                return mpmath.sign(arg)
+            if isinstance(node, sympy.log):
+                return mpmath.log(arg) if arg > 0 else (-mp.inf if arg == 0 else mp.nan)
+            if isinstance(node, sympy.atan):
+                return mpmath.atan(arg)
+            if isinstance(node, sympy.asinh):
+                return mpmath.asinh(arg)
+            for cls, name in (
+                (sympy.exp, "exp"),
+                (sympy.sinh, "sinh"),
+                (sympy.cosh, "cosh"),
+                (sympy.tanh, "tanh"),
+                (sympy.erf, "erf"),
+                (sympy.erfc, "erfc"),
+                (sympy.sin, "sin"),
+                (sympy.cos, "cos"),
+            ):
+                if isinstance(node, cls):
+                    return _mp_guarded(name, arg, mp)
+            raise ValueError(f"cannot evaluate sympy node {type(node).__name__}")
+
+        try:
+            value = walk(expr)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+            return None
+        if isinstance(value, bool):
+            return None
+        try:
+            out = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return out if out == out and abs(out) != float("inf") else None

@@ -36,6 +36,8 @@ MAX_LENGTH = 1000  # characters of formula text
 MAX_NODES = 300  # numbers, names, operators and calls in the parse tree
 MAX_DEPTH = 40  # nesting of parentheses, calls, unary signs and exponents
 MAX_CONSTANT = 1e6  # magnitude of any literal or constant sub-expression
+MIN_CONSTANT = 1e-12  # smallest magnitude of a non-zero constant (1e-320 is a typo or an attack)
+MAX_CONSTANT_BITS = 4096  # size of an exact rational constant (((1/3)**32)**32 ... explodes)
 MAX_EXPONENT = 32  # magnitude of a constant exponent
 MAX_ARGS = 8  # arguments of min/max
 
@@ -257,6 +259,11 @@ class _Parser:
                 f"{what} is too large or undefined: constants must lie within ±{MAX_CONSTANT:g}",
                 pos,
             )
+        if value != 0 and abs(value) < MIN_CONSTANT:
+            raise ExpressionError(
+                f"{what} is too small: non-zero constants must have magnitude >= {MIN_CONSTANT:g}",
+                pos,
+            )
         return value
 
     # -- grammar ------------------------------------------------------------------------------
@@ -350,6 +357,12 @@ class _Parser:
                 raise ExpressionError("constant power is not real", pos)
             value = float(raw)
             self.constant(value, pos, "constant power")
+            if isinstance(base.expr, sympy.Rational) and isinstance(exponent.expr, sympy.Integer):
+                bits = abs(base.expr.p).bit_length() + base.expr.q.bit_length()
+                if bits * abs(int(exponent.expr)) > MAX_CONSTANT_BITS:
+                    raise ExpressionError(
+                        "constant power needs too much precision to keep exactly", pos
+                    )
         if base.expr == sympy.E:
             return _Node(sympy.exp(exponent.expr), value)
         return _Node(sympy.Pow(base.expr, exponent.expr), value)
@@ -366,6 +379,10 @@ class _Parser:
             if abs(frac) > MAX_CONSTANT:
                 raise ExpressionError(
                     f"number too large: constants must lie within ±{MAX_CONSTANT:g}", t.pos
+                )
+            if frac != 0 and abs(frac) < MIN_CONSTANT:
+                raise ExpressionError(
+                    f"number too small: non-zero constants must be >= {MIN_CONSTANT:g}", t.pos
                 )
             # Exact rationals keep canonical forms exact (2.72 -> 68/25).
             return _Node(sympy.Rational(frac.numerator, frac.denominator), float(frac))

@@ -30,7 +30,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict
 
 from normfree.search_space._derivative import kink_arguments, kink_points
-from normfree.search_space._numeric import evaluate_numpy, node_count
+from normfree.search_space._numeric import evaluate_numpy, evaluate_point, node_count
 from normfree.search_space._parser import U
 
 if TYPE_CHECKING:
@@ -89,17 +89,15 @@ class Properties(BaseModel):
         ]
         if self.flat_halfwidth > 0:
             parts.append(f"flat ±{self.flat_halfwidth:.3g}")
-        if not self.differentiable:
+        if self.discontinuities:
+            parts.append("jumps at " + ",".join(f"{p:.3g}" for p in self.discontinuities))
+        if self.non_differentiable_at:
             parts.append("kinks at " + ",".join(f"{p:.3g}" for p in self.non_differentiable_at))
         return ", ".join(parts)
 
 
 def _exact_at(expr: sympy.Expr, at: sympy.Expr) -> float | None:
-    try:
-        value = float(sympy.N(expr.xreplace({U: at}), _PREC))
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-        return None
-    return value if math.isfinite(value) else None
+    return evaluate_point(expr, at, dps=_PREC)
 
 
 def _f(expr: sympy.Expr, x: np.ndarray | float) -> np.ndarray:
@@ -359,9 +357,13 @@ def compute_properties(cand: Candidate) -> Properties:
     for side, sign in ((neg, -1.0), (pos, 1.0)):
         if not side[0]:
             tail = _f(expr, sign * _DECADES[-400:])  # |u| in [1e12, 1e16]
-            big = float(np.nanmax(np.abs(tail)))
-            unbounded_above |= bool(np.nanmax(tail) >= 0.5 * big) or bool(np.isnan(tail).any())
-            unbounded_below |= bool(np.nanmin(tail) <= -0.5 * big) or bool(np.isnan(tail).any())
+            seen = tail[~np.isnan(tail)]
+            if seen.size == 0 or seen.size < tail.size:  # overflow to inf - inf: either way
+                unbounded_above = unbounded_below = True
+                continue
+            big = float(np.max(np.abs(seen)))
+            unbounded_above |= bool(np.max(seen) >= 0.5 * big)
+            unbounded_below |= bool(np.min(seen) <= -0.5 * big)
     limits = [v for v in (neg[1], pos[1]) if v is not None]
     if limits:
         far = np.concatenate([far, limits])

@@ -23,8 +23,10 @@ def catalog_demo(progress: bool = True) -> dict[str, Any]:
 
     from normfree.search_space import catalog, evaluate
 
-    u64 = torch.linspace(-5.0, 5.0, 1001, dtype=torch.float64)
-    u32 = u64.to(torch.float32)
+    # The same points in both precisions (float32-representable), so that a point next to a
+    # clip corner is on the same side of it in both.
+    u32 = torch.linspace(-5.0, 5.0, 1001, dtype=torch.float32)
+    u64 = u32.to(torch.float64)
     rows = []
     for c in tqdm(catalog.all(), desc="catalog", unit="fn", file=sys.stderr, disable=not progress):
         f64, d64 = evaluate(c, u64), evaluate(c, u64, derivative=True)

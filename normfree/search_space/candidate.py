@@ -147,7 +147,20 @@ class Candidate:
             out["properties"] = self.properties.model_dump(mode="json")
         return out
 
-    model_dump = to_dict
+    def model_dump(self, *, mode: str = "python", with_properties: bool = True, **_: Any) -> dict:
+        """Alias of :meth:`to_dict` (always JSON-ready), for code that expects pydantic."""
+        return self.to_dict(with_properties=with_properties)
+
+    def operator(self, *, shift: bool = True, affine: bool = True) -> sympy.Expr:
+        """The operator of science.md section 1 in symbols: gamma * f(alpha*x + s) + beta.
+
+        ``alpha``, ``s`` are per-layer scalars (``s`` absent without a shift, as in DyT);
+        ``gamma``, ``beta`` per-channel (absent without affine, as in DiT's norms).
+        """
+        x, alpha, s, gamma, beta = sympy.symbols("x alpha s gamma beta", real=True)
+        inner = alpha * x + (s if shift else 0)
+        f = self.expr.xreplace({U: inner})
+        return gamma * f + beta if affine else f
 
 
 def build_candidate(

@@ -36,8 +36,41 @@ RTOL = 1e-9
 ATOL = 1e-12
 
 
+_MAX_EXPANDED_TERMS = 64
+
+
+def _expanded_terms(expr: sympy.Basic) -> int:
+    """Upper bound of the number of terms ``expand(mul=True, deep=True)`` would produce."""
+    if isinstance(expr, sympy.Add):
+        return sum(_expanded_terms(a) for a in expr.args)
+    if isinstance(expr, sympy.Mul):
+        n = 1
+        for a in expr.args:
+            n *= _expanded_terms(a)
+            if n > _MAX_EXPANDED_TERMS:
+                return n
+        return n
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and isinstance(expr.base, sympy.Add):
+        return _MAX_EXPANDED_TERMS + 1  # multinomials are never expanded
+    # inside a function or a power the argument is expanded on its own
+    for a in expr.args:
+        if isinstance(a, sympy.Basic) and _expanded_terms(a) > _MAX_EXPANDED_TERMS:
+            return _MAX_EXPANDED_TERMS + 1
+    return 1
+
+
 def canonical_form(expr: sympy.Expr) -> str:
-    """Deterministic text of the (auto-canonicalised) expression; bounded work."""
+    """Deterministic text of the expression after cheap, bounded normalisation.
+
+    Products are distributed over sums (``sign(u)*(1 - exp(-|u|))`` and
+    ``sign(u) - sign(u)*exp(-|u|)`` read the same) only when the result stays small (at most
+    64 terms, no multinomial powers); then sympy's ordered printer. Never ``simplify``.
+    """
+    if _expanded_terms(expr) <= _MAX_EXPANDED_TERMS:
+        expr = sympy.expand(
+            expr, deep=True, mul=True, multinomial=False, power_exp=False, power_base=False,
+            log=False, basic=False,
+        )  # fmt: skip
     return sympy.sstr(expr, order="lex")
 
 

@@ -113,3 +113,13 @@ def test_plot_data(catalog):
     assert all(np.isfinite(d["df"]))
     with pytest.raises(ValueError):
         plot_data(catalog.get("erf"), lo=1, hi=0)
+
+
+def test_operator_of_section_1(catalog):
+    import sympy
+
+    x, alpha, s, gamma, beta = sympy.symbols("x alpha s gamma beta", real=True)
+    erf = catalog.get("erf")
+    assert erf.operator() == gamma * sympy.erf(alpha * x + s) + beta
+    assert erf.operator(shift=False, affine=False) == sympy.erf(alpha * x)
+    assert catalog.get("tanh").model_dump(mode="json")["name"] == "tanh"

@@ -35,6 +35,18 @@ def test_canonical_form_catches_rewrites(catalog):
     assert parse("u/(abs(u)+1)").canonical == catalog.get("smoothsign").canonical
     assert parse("2*sigmoid(2*u) - 1").fingerprint == catalog.get("tanh").fingerprint
     assert catalog.resolve("sign_flip(sign_flip(erf))").canonical == catalog.get("erf").canonical
+    # products are distributed over sums (bounded), so expanded spellings meet
+    assert parse("sign(u) - sign(u)*exp(-abs(u))").canonical == catalog.get("expsign").canonical
+
+
+def test_canonical_form_is_bounded_on_products_of_sums():
+    import time
+
+    text = "*".join(f"(sin({k}*u)+cos(u)/{k}+1)" for k in range(1, 13))
+    start = time.perf_counter()
+    canonical = parse(f"({text})/(1+abs({text}))").canonical
+    assert time.perf_counter() - start < 20
+    assert "sin(12*u)" in canonical and len(canonical) < 5000  # not 3**12 terms
 
 
 @pytest.mark.parametrize(

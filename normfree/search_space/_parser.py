@@ -52,6 +52,10 @@ class Token:
 _OPS = ("**", "+", "-", "*", "/", "^", "(", ")", ",")
 
 
+def _digit(ch: str) -> bool:
+    return "0" <= ch <= "9"  # ASCII only: str.isdigit() also accepts '²' and other scripts
+
+
 def tokenize(text: str) -> list[Token]:
     """Split ``text`` into tokens; anything that is not part of the language is an error here."""
     tokens: list[Token] = []
@@ -61,21 +65,21 @@ def tokenize(text: str) -> list[Token]:
         if ch in " \t\r\n":
             i += 1
             continue
-        if ch.isdigit() or (ch == "." and i + 1 < n and text[i + 1].isdigit()):
+        if _digit(ch) or (ch == "." and i + 1 < n and _digit(text[i + 1])):
             j = i
-            while j < n and text[j].isdigit():
+            while j < n and _digit(text[j]):
                 j += 1
             if j < n and text[j] == ".":
                 j += 1
-                while j < n and text[j].isdigit():
+                while j < n and _digit(text[j]):
                     j += 1
             # Scientific notation only when an exponent digit follows: "2e" stays 2 then e.
             if j < n and text[j] in "eE":
                 k = j + 1
                 if k < n and text[k] in "+-":
                     k += 1
-                if k < n and text[k].isdigit():
-                    while k < n and text[k].isdigit():
+                if k < n and _digit(text[k]):
+                    while k < n and _digit(text[k]):
                         k += 1
                     j = k
             if j < n and (text[j].isalpha() or text[j] == "_"):

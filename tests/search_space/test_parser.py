@@ -136,6 +136,8 @@ def test_parse_keeps_formula_and_name():
         ("(-8)**(1/3)*u", "not real", 4),
         ("u\x00", "unexpected character", 1),
         ("ü", "unexpected character", 0),
+        ("u²", "unexpected character", 1),
+        ("١٢*u", "unexpected character", 0),
     ],
 )
 def test_rejections_are_positioned_expression_errors(text, fragment, position):

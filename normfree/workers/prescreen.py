@@ -10,7 +10,9 @@ Two checks on the initialised proxy (same model and data as the preset, a fixed 
    no warmup, on a fixed batch sequence. ``survives`` is False if the loss goes non-finite or
    exceeds ``divergence_factor`` x its initial value; ``loss_ratio`` is final/initial loss.
 
-Deterministic: a fixed seed, forked RNG, the trial thread count. Returns a JSON-friendly dict.
+Deterministic: a fixed seed, forked RNG, the trial thread count (only ``seconds`` varies).
+Returns a JSON-friendly dict; ``ok`` is False when the operator could not run (with ``error``)
+or did not survive.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) ->
             and max(losses) <= p.divergence_factor * initial
         )
     out.update(
-        ok=True,
+        ok=bool(survives),  # False: could not run, or flagged (the API's reading of "ok")
         survives=bool(survives),
         initial_loss=initial,
         final_loss=final if math.isfinite(final) else None,

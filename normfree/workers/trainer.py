@@ -152,6 +152,7 @@ PRESET_OVERRIDABLE = (
     "grad_clip",
     "max_train",
     "max_eval",
+    "fd_samples",
 )
 
 
@@ -299,11 +300,10 @@ class DiffusionTask:
 
     def __init__(self, res: Resolved) -> None:
         d, p = res.data, res.preset
-        self.dataset = d.name if d.name in ("digits", "mnist", "mnist1d") else p.dataset
-        self.dataset_key = res.preset.dataset
+        self.dataset_key = res.preset.dataset  # the dataset trained on (after overrides)
         self.diff = Diffusion(res.model_config.timesteps)
         self.steps = res.model_config.sample_steps
-        self.fd_samples = int(p.extra.get("fd_samples", 0))
+        self.fd_samples = p.fd_samples
         self.num_classes = d.num_classes
         self.shape = d.image_shape
 
@@ -358,13 +358,13 @@ class DiffusionTask:
         }
         n_train = min(len(self.y_train), 1024)
         train = self._fixed_loss(model, "train", self.x_train[:n_train], self.y_train[:n_train], 1)
-        if self.fd_samples > 0 and self.dataset_key in ("digits", "mnist", "mnist1d"):
-            from normfree.workers.proxies.feature_clf import fd_score
+        if self.fd_samples > 0:
+            from normfree.workers.proxies.feature_clf import fd_score, metric_name
 
             y = torch.arange(self.fd_samples) % self.num_classes
             samples = self.diff.sample(model, y, self.shape, self.steps, seed=EVAL_SEED)
             fd = fd_score(self.dataset_key, (samples + 1) / 2)
-            out[f"fd_{self.dataset_key}_clf"] = fd if math.isfinite(fd) else float("inf")
+            out[metric_name(self.dataset_key)] = fd if math.isfinite(fd) else float("inf")
         return out, train
 
 

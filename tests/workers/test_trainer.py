@@ -161,3 +161,9 @@ def test_diagnostics_values_match_the_modules():
     assert by["norm_final"].branch_norm is None
     # the probe leaves no gradients behind for the optimiser
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_dit_sample_quality_metric():
+    res = train_trial(_cfg("dit-tiny", epochs=1, overrides={"fd_samples": 60}))
+    assert res.status == "complete", res.error
+    assert math.isfinite(res.metrics["fd_digits_clf"]) and res.metrics["fd_digits_clf"] > 0

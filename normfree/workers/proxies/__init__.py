@@ -47,8 +47,9 @@ class Preset:
     max_eval: int | None = None  # ... and the first N validation/test examples
     divergence_factor: float = 4.0  # loss above factor x initial loss counts as diverged
     grad_clip: float = 0.0  # 0 = off: clipping would hide the instability being measured
+    fd_samples: int = 0  # diffusion: samples generated for the fd_<dataset>_clf score (0 = off)
     description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)  # task options (DiT: sampling settings)
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form options of derived presets
 
     def config_fields(self) -> list[str]:
         return [f.name for f in fields(self.config)]
@@ -161,7 +162,7 @@ DIT_DIGITS = register(
         direction="minimize",
         norm_affine=False,
         description="Class-conditional DiT on digits (8x8, patch 2, T=100): diffusion loss + FD.",
-        extra={"fd_samples": 500},
+        fd_samples=500,  # 50 per class: enough for a stable 64-d covariance
     )
 )
 
@@ -174,7 +175,7 @@ register(
         max_train=512,
         max_eval=256,
         description="Smoke-test DiT (2 blocks, dim 32, T=50, 512 digits, 2 epochs).",
-        extra={"fd_samples": 0},
+        fd_samples=0,
     )
 )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -40,6 +41,12 @@ class FeatureClassifier(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))
+
+
+def metric_name(dataset: str) -> str:
+    """``fd_<dataset>_clf``: a Frechet distance in this classifier's space, not an FID."""
+    stem = Path(dataset.split(":", 1)[-1]).stem if ("/" in dataset or ":" in dataset) else dataset
+    return "fd_" + "".join(ch if ch.isalnum() else "_" for ch in stem) + "_clf"
 
 
 def _fingerprint(ds: Dataset) -> str:

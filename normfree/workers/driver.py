@@ -6,10 +6,11 @@ a driver killed at any instruction is replaced by starting another (``normfree s
 - trials are rows. Grid studies insert all their rows at creation; a search inserts one row per
   Optuna ``ask``. Inserting is idempotent (unique (study, trial key)), so replanning after a crash
   adds nothing twice.
-- a row is *leased* before it is dispatched (owner = this driver, expires unless renewed); the Ray
-  task renews it and writes the result under it. If the driver dies, its Ray tasks die with the
-  embedded cluster (or keep running on a real cluster and still finish their rows); the next
-  driver requeues every RUNNING row whose lease expired (``attempt + 1``).
+- a row is *leased* before it is dispatched (owner = this driver, expires unless renewed); both
+  the driver (while the task is in flight) and the Ray task (heartbeat thread, every epoch report)
+  renew it, and the task writes the result under it. If the driver dies, its Ray tasks die with
+  it (the embedded cluster, or the driver's job on a cluster) or, if they survive, still finish
+  their rows; the next driver requeues every RUNNING row whose lease expired (``attempt + 1``).
 - a task that fails (worker process killed, node lost, exception) is requeued at once by the
   driver, up to ``max_attempts``, then marked FAILED with the reason.
 - Optuna is told a trial's outcome by the driver after the row is final. On start the driver
@@ -279,6 +280,17 @@ class StudyDriver:
             number = self._numbers.get(trial_id)
             self._tell(number, outcome.status, outcome.value)
 
+    def _renew_inflight(self) -> None:
+        """Keep the leases of dispatched trials alive from here too.
+
+        The task renews its lease once it runs, but a task can wait for a worker process to
+        start (seconds under load) before its body runs; the driver holds the lease meanwhile.
+        A lease therefore lapses only when both the driver and the task are gone; a dead worker
+        under a live driver is caught by Ray's task failure instead.
+        """
+        for trial_id, attempt in list(self._inflight.values()):
+            self.store.repo.renew_lease(trial_id, self.owner, attempt, self.settings.lease_seconds)
+
     def _progress(self) -> dict[str, int]:
         counts = self.store.repo.study_progress(self.study_id)["counts"]
         if self.on_progress is not None:
@@ -303,7 +315,7 @@ class StudyDriver:
         self.executor.start()
         slots = self.max_parallel or self.executor.slots()
         self._reconcile()
-        last_requeue = 0.0
+        last_requeue = last_renew = 0.0
         try:
             while True:
                 now = time.monotonic()
@@ -312,6 +324,9 @@ class StudyDriver:
                         self.store.repo.requeue_expired(max_attempts=self.settings.max_attempts)
                     )
                     last_requeue = now
+                if now - last_renew > self.settings.lease_seconds / 3:
+                    self._renew_inflight()
+                    last_renew = now
                 status = self.store.study_status(self.study_id)
                 stopping = status in ("paused", "cancelled")
                 budget_left = max_trials is None or summary.dispatched < max_trials

@@ -233,21 +233,12 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
     The Ray task is a thin wrapper around this function, so tests and benchmarks can also call it
     in-process. Exceptions from the trainer propagate: the driver turns them into a retry.
     """
-    import torch
-
-    from normfree.workers.trainer import train_trial
-
     t0 = time.perf_counter()
-    torch.set_num_threads(max(1, job.threads))
     if job.marker_dir:
         Path(job.marker_dir).mkdir(parents=True, exist_ok=True)
         (Path(job.marker_dir) / f"trial-{job.trial_id}.pid").write_text(str(os.getpid()))
     store = _store(job.database_url, job.optuna_storage_url)
     repo = store.repo
-    config = TrialConfig.model_validate_json(job.config_json)
-    relay = None
-    if job.optuna_study_name and job.optuna_number is not None:
-        relay = _OptunaRelay(job, store)
     stop: list[StopReason] = []
     done = threading.Event()
 
@@ -259,8 +250,31 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
                     stop.append("lease_lost")
                 return
 
+    # Heartbeats start before the heavy imports and the model build: a cold worker can spend
+    # seconds there, and the lease must not lapse meanwhile.
     beat = threading.Thread(target=heartbeat, name=f"lease-{job.trial_id}", daemon=True)
     beat.start()
+
+    try:
+        return _train_and_write(job, store, stop, done, t0)
+    finally:
+        done.set()  # whatever happens, this process stops renewing the lease
+        beat.join(timeout=5)
+
+
+def _train_and_write(
+    job: TrialJob, store: TrialStore, stop: list[StopReason], done: threading.Event, t0: float
+) -> JobOutcome:
+    import torch
+
+    from normfree.workers.trainer import train_trial
+
+    repo = store.repo
+    torch.set_num_threads(max(1, job.threads))
+    config = TrialConfig.model_validate_json(job.config_json)
+    relay = None
+    if job.optuna_study_name and job.optuna_number is not None:
+        relay = _OptunaRelay(job, store)
 
     report_s = [0.0]
 
@@ -294,7 +308,6 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
         result = train_trial(config, report)
     finally:
         done.set()
-    beat.join(timeout=5)
     reason = stop[0] if stop else None
     worker = worker_name()
     result = result.model_copy(update={"attempt": job.attempt, "worker": worker})

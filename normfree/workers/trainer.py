@@ -436,6 +436,7 @@ def train_trial(
                     status = "diverged"
                     break
                 train_loss = float(losses.mean())
+                model.eval()  # no dropout or batch statistics today; stays right if added
                 val = task.evaluate(model)
                 if not all(math.isfinite(v) for v in val.values()):
                     status, diverged_at = "diverged", step

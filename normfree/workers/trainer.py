@@ -139,7 +139,8 @@ class Resolved:
         out = {f"model.{k}": v for k, v in dataclasses.asdict(self.model_config).items()}
         for k in ("dataset", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs"):
             out[k] = getattr(self.preset, k)
-        out["schedule"] = self.preset.schedule
+        for k in PRESET_OVERRIDABLE:
+            out[k] = getattr(self.preset, k)
         out["norm"] = self.norm.model_dump()
         return out
 
@@ -153,6 +154,7 @@ PRESET_OVERRIDABLE = (
     "max_train",
     "max_eval",
     "fd_samples",
+    "precision",
 )
 
 
@@ -400,6 +402,7 @@ def train_trial(
             warmup = round(p.warmup_epochs * len(batches))
             diags += diagnostics.measure(model, task.diag_loss, epoch=0)
             step, threshold = 0, math.inf
+            bf16 = p.precision == "bf16"
             for epoch in range(1, p.epochs + 1):
                 t0 = time.perf_counter()
                 model.train()
@@ -410,7 +413,8 @@ def train_trial(
                     lr = lr_at(step, total, warmup, p.lr, p.schedule)
                     for g in opt.param_groups:
                         g["lr"] = lr
-                    loss = task.loss(model, idx, gen)
+                    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                        loss = task.loss(model, idx, gen).float()
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     if p.grad_clip > 0:

@@ -167,3 +167,9 @@ def test_dit_sample_quality_metric():
     res = train_trial(_cfg("dit-tiny", epochs=1, overrides={"fd_samples": 60}))
     assert res.status == "complete", res.error
     assert math.isfinite(res.metrics["fd_digits_clf"]) and res.metrics["fd_digits_clf"] > 0
+
+
+def test_bf16_precision_option_trains():
+    res = train_trial(_cfg("vit-tiny", "layernorm", epochs=1, overrides={"precision": "bf16"}))
+    assert res.status == "complete", res.error
+    assert res.config["precision"] == "bf16"

@@ -47,6 +47,8 @@ class Preset:
     max_eval: int | None = None  # ... and the first N validation/test examples
     divergence_factor: float = 4.0  # loss above factor x initial loss counts as diverged
     grad_clip: float = 0.0  # 0 = off: clipping would hide the instability being measured
+    # "bf16": forward passes under CPU/GPU bf16 autocast (a stress axis: reduced precision)
+    precision: Literal["fp32", "bf16"] = "fp32"
     fd_samples: int = 0  # diffusion: samples generated for the fd_<dataset>_clf score (0 = off)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # free-form options of derived presets

@@ -1,4 +1,4 @@
-"""Studies as Ray jobs: one job per study, idempotent by study id.
+"""Studies as Ray jobs: at most one running driver per study, idempotent by study id.
 
 Why jobs: a study's driver (:class:`normfree.workers.driver.StudyDriver`) may run for hours. On a
 cluster it should live *on the cluster*, not inside the API process or a laptop's shell that may
@@ -6,21 +6,27 @@ go away. The Ray Jobs API runs a shell command (the job's *entrypoint*) under a 
 head node and keeps its status and logs; our entrypoint is the engine's own resumable runner,
 ``normfree study run ID --json``, so a job is nothing more than "a driver that Ray babysits".
 
-Why idempotent by study id: the job's ``submission_id`` is derived from the study id
-(:func:`job_submission_id`), so "submit study 7" asked twice (a retried HTTP request, two API
-replicas, an impatient user) yields one job. The rule, applied by :func:`submit_study`:
+Why idempotent by study id: job ids are a pure function of the study id and the run number
+(:func:`job_submission_id`: ``normfree-study-7`` for the first driver, ``normfree-study-7-r1``
+for the next, ...), so "submit study 7" asked twice (a retried HTTP request, two API replicas,
+an impatient user) yields one job. The rule, applied by :func:`submit_study` to the study's
+latest job:
 
-- a job for the study is PENDING or RUNNING: return it, submit nothing;
-- the study is complete or cancelled: return the last job (if any), submit nothing;
-- the study is paused: submit nothing (a driver would stop at once); resuming it and submitting
-  again starts a fresh driver;
-- otherwise (no job yet, or the last job ended while the study still has work: a driver that
-  crashed, a node lost, a study resumed after a pause): delete the ended job record and submit
-  again under the *same* id. Drivers are resumable (leases, idempotent result writes), so a new
-  driver continues where the old one stopped and nothing is trained twice.
+- it is PENDING or RUNNING: return it, submit nothing;
+- the study is complete or cancelled: return the latest job (if any), submit nothing;
+- the study is paused: submit nothing (a driver would stop at once); resume it, then submit;
+- otherwise (no job yet, or the latest ended while the study still has work: a driver that
+  crashed, a lost node, a study resumed after a pause): submit run ``n + 1``. Drivers are
+  resumable (leases, results written once), so the new driver continues where the old one
+  stopped and nothing is trained twice.
 
-Two submitters racing for the same id are settled by Ray itself: the second ``submit_job`` is
-refused with "already exists", and we answer with the job the first one created.
+Two submitters racing compute the same next id; Ray refuses the second ``submit_job`` ("already
+exists") and we answer with the job the first one created.
+
+Why a new id per run instead of reusing one: Ray names a job's supervisor actor after its
+submission id, and a stopped job's supervisor lingers for a moment after the job reads STOPPED;
+a job resubmitted under the same id in that window is failed by Ray ("Job supervisor actor
+died"). Fresh ids also keep every earlier driver's log for the post-mortem.
 
 Environment of the job: the cluster's own (``NORMFREE_*`` set on the head node, e.g. by
 docker-compose) plus what the submitter passes here: its database URL (so the job drives the
@@ -28,12 +34,13 @@ study in the database where it was created; turn off with ``pass_database_url=Fa
 cluster's URL differs, e.g. a host name only resolvable inside the cluster network) and
 ``NORMFREE_RAY_ADDRESS=auto``, which makes the driver join the cluster that runs the job
 (Ray sets ``RAY_ADDRESS`` for job entrypoints) instead of starting an embedded local Ray.
-Token authentication (Ray >= 2.5x, on by default) is Ray's business: the client and the cluster
-read ``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN`` themselves.
+Token authentication (on by default in this Ray) is Ray's business: clients and nodes read
+``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN`` themselves, or a caller passes ``token=`` explicitly.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from dataclasses import asdict, dataclass
@@ -55,13 +62,21 @@ __all__ = [
 ]
 
 ACTIVE_JOB_STATES = ("PENDING", "RUNNING")
-_ENDED_JOB_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
 _DONE_STUDY_STATES = ("complete", "cancelled")
 
 
-def job_submission_id(study_id: int) -> str:
-    """The Ray job id of a study's driver: a pure function of the study id (the idempotency key)."""
-    return f"normfree-study-{int(study_id)}"
+def job_submission_id(study_id: int, run: int = 0) -> str:
+    """The Ray job id of a study's ``run``-th driver: a pure function (the idempotency key)."""
+    base = f"normfree-study-{int(study_id)}"
+    return base if run == 0 else f"{base}-r{int(run)}"
+
+
+def _run_of(study_id: int, submission_id: str | None) -> int | None:
+    """The run number encoded in a job id of this study; None for other ids."""
+    m = re.fullmatch(rf"normfree-study-{int(study_id)}(?:-r(\d+))?", submission_id or "")
+    if m is None:
+        return None
+    return int(m.group(1) or 0)
 
 
 def study_entrypoint(
@@ -95,10 +110,17 @@ class StudyJob:
         return asdict(self)
 
 
-def _client(address: str) -> Any:
+def _client(address: str, token: str | None = None) -> Any:
+    """A Jobs API client. ``token``: send this Ray auth token explicitly.
+
+    Without it, Ray attaches the token itself when the process runs with
+    ``RAY_AUTH_MODE=token`` (Ray reads that mode once per process, at first use). An explicit
+    token serves a process that holds it elsewhere (a secret store, a test harness).
+    """
     from ray.job_submission import JobSubmissionClient
 
-    return JobSubmissionClient(address)
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return JobSubmissionClient(address, headers=headers)
 
 
 def _resolve_address(address: str | None, settings: Settings) -> str:
@@ -109,6 +131,19 @@ def _resolve_address(address: str | None, settings: Settings) -> str:
             "NORMFREE_RAY_JOBS_ADDRESS"
         )
     return address
+
+
+def _latest(client: Any, study_id: int) -> tuple[int, Any | None]:
+    """The study's latest run number and its job (-1, None when the cluster has none)."""
+    runs = {}
+    for info in client.list_jobs():
+        run = _run_of(study_id, getattr(info, "submission_id", None))
+        if run is not None:
+            runs[run] = info
+    if not runs:
+        return -1, None
+    run = max(runs)
+    return run, runs[run]
 
 
 def _job_info(client: Any, submission_id: str) -> Any | None:
@@ -156,16 +191,19 @@ def _job_env(settings: Settings, pass_database_url: bool) -> dict[str, str]:
 
 
 def study_job(
-    study_id: int, *, address: str | None = None, settings: Settings | None = None
+    study_id: int,
+    *,
+    address: str | None = None,
+    settings: Settings | None = None,
+    token: str | None = None,
 ) -> StudyJob:
-    """The current Ray job of a study (status None when the cluster has none)."""
+    """The study's latest Ray job (status None when the cluster has none)."""
     settings = settings or get_settings()
     address = _resolve_address(address, settings)
-    sid = job_submission_id(study_id)
-    info = _job_info(_client(address), sid)
+    run, info = _latest(_client(address, token), study_id)
     return StudyJob(
         study_id=study_id,
-        submission_id=sid,
+        submission_id=job_submission_id(study_id, max(run, 0)),
         status=_status_name(info),
         submitted=False,
         reason="status" if info is not None else "no job for this study on the cluster",
@@ -184,6 +222,7 @@ def submit_study(
     parallel: int | None = None,
     pass_database_url: bool = True,
     env: dict[str, str] | None = None,
+    token: str | None = None,
 ) -> StudyJob:
     """Make sure the study's driver runs as a Ray job on the cluster at ``address``.
 
@@ -197,14 +236,13 @@ def submit_study(
     """
     settings = settings or get_settings()
     address = _resolve_address(address, settings)
-    sid = job_submission_id(study_id)
     study_status = _study_status(settings, study_id)
-    client = _client(address)
-    info = _job_info(client, sid)
+    client = _client(address, token)
+    run, info = _latest(client, study_id)
     status = _status_name(info)
     entrypoint = study_entrypoint(study_id, command=command, parallel=parallel)
 
-    def answer(submitted: bool, reason: str, current: Any) -> StudyJob:
+    def answer(submitted: bool, reason: str, sid: str, current: Any) -> StudyJob:
         return StudyJob(
             study_id=study_id,
             submission_id=sid,
@@ -216,39 +254,44 @@ def submit_study(
             address=address,
         )
 
+    latest_sid = job_submission_id(study_id, max(run, 0))
     if status in ACTIVE_JOB_STATES:
-        return answer(False, f"a job for this study is already {status.lower()}", info)
+        return answer(False, f"a job for this study is already {status.lower()}", latest_sid, info)
     if study_status in _DONE_STUDY_STATES:
-        return answer(False, f"the study is {study_status}; nothing to run", info)
+        return answer(False, f"the study is {study_status}; nothing to run", latest_sid, info)
     if study_status == "paused":
-        return answer(False, "the study is paused; resume it, then submit", info)
-    if status in _ENDED_JOB_STATES:
-        # The last driver ended with work left (crash, lost node, resumed after a pause): its
-        # record goes, the id is reused, so "one job id per study" still holds.
-        client.delete_job(sid)
+        return answer(False, "the study is paused; resume it, then submit", latest_sid, info)
+    sid = job_submission_id(study_id, run + 1)
     runtime_env = {"env_vars": {**_job_env(settings, pass_database_url), **(env or {})}}
     try:
         client.submit_job(
             entrypoint=entrypoint,
             submission_id=sid,
             runtime_env=runtime_env,
-            metadata={"normfree_study_id": str(study_id)},
+            metadata={"normfree_study_id": str(study_id), "normfree_run": str(run + 1)},
         )
     except RuntimeError as exc:
         if "already exists" not in str(exc):
             raise
         # Another submitter won the race for this id: theirs is the study's job.
         first = _job_info(client, sid)
-        return answer(False, "another submitter created this study's job first", first)
-    reason = "resubmitted after the previous job ended" if status else "submitted"
-    return answer(True, reason, _job_info(client, sid))
+        return answer(False, "another submitter created this study's job first", sid, first)
+    reason = f"resubmitted after {latest_sid} ended ({status})" if status else "submitted"
+    return answer(True, reason, sid, _job_info(client, sid))
 
 
-def job_log(study_id: int, *, address: str | None = None, settings: Settings | None = None) -> str:
-    """The study job's log: the driver's output (its final ``--json`` summary is the last line)."""
+def job_log(
+    study_id: int,
+    *,
+    address: str | None = None,
+    settings: Settings | None = None,
+    token: str | None = None,
+) -> str:
+    """The latest job's log: the driver's output (its ``--json`` summary is the last line)."""
     settings = settings or get_settings()
-    client = _client(_resolve_address(address, settings))
-    return str(client.get_job_logs(job_submission_id(study_id)))
+    client = _client(_resolve_address(address, settings), token)
+    run, _ = _latest(client, study_id)
+    return str(client.get_job_logs(job_submission_id(study_id, max(run, 0))))
 
 
 def stop_study_job(
@@ -257,6 +300,7 @@ def stop_study_job(
     address: str | None = None,
     settings: Settings | None = None,
     timeout: float = 60.0,
+    token: str | None = None,
 ) -> bool:
     """Stop the study's driver job and wait until Ray reports it ended (True if it was active).
 
@@ -267,9 +311,10 @@ def stop_study_job(
     answered "already running".
     """
     settings = settings or get_settings()
-    client = _client(_resolve_address(address, settings))
-    sid = job_submission_id(study_id)
-    if _status_name(_job_info(client, sid)) not in ACTIVE_JOB_STATES:
+    client = _client(_resolve_address(address, settings), token)
+    run, info = _latest(client, study_id)
+    sid = job_submission_id(study_id, max(run, 0))
+    if _status_name(info) not in ACTIVE_JOB_STATES:
         return False
     stopped = bool(client.stop_job(sid))
     deadline = time.monotonic() + timeout
@@ -287,11 +332,12 @@ def wait_for_study_job(
     settings: Settings | None = None,
     timeout: float = 600.0,
     poll_s: float = 1.0,
+    token: str | None = None,
 ) -> StudyJob:
     """Poll until the study's job ends (or ``timeout`` seconds pass); return its last state."""
     deadline = time.monotonic() + timeout
     while True:
-        job = study_job(study_id, address=address, settings=settings)
+        job = study_job(study_id, address=address, settings=settings, token=token)
         if job.status not in ACTIVE_JOB_STATES or time.monotonic() > deadline:
             return job
         time.sleep(poll_s)

@@ -6,9 +6,10 @@ Two nodes (``ray start`` processes, one CPU each, token auth on), one study:
   own OS process, joined to the cluster through ``NORMFREE_RAY_ADDRESS``) spreads trials over both
   nodes; the second node is SIGKILLed while one of its workers is mid-trial; the study completes
   on the head node alone, with every trial key once, all COMPLETE, the lost attempt recorded.
-- ``test_study_as_ray_job_is_idempotent``: the same study submitted twice is one Ray job; the job
-  stopped mid-study (a driver lost) is submitted again under the same id and finishes the study;
-  once complete, submitting is a no-op.
+- ``test_study_as_ray_job_is_idempotent``: the same study submitted twice (once through the CLI,
+  once through the library) is one Ray job; the job stopped mid-study (a driver lost) is
+  submitted again, runs as the study's next job id and finishes the study; once complete,
+  submitting is a no-op.
 
 Skips with the reason when Ray cannot start a cluster here, but fails under ``CI=true``.
 """
@@ -45,7 +46,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
     c = LocalRayCluster(root, cpus_per_node=1, dashboard=True)
     try:
         try:
-            c.start_head(NORMFREE_KERNEL_CACHE=str(root / "head" / "kernels"))
+            # Drivers run on the head as Ray jobs and inherit its environment, as in compose:
+            # short leases so a lost driver's trials are requeued within seconds.
+            c.start_head(
+                NORMFREE_KERNEL_CACHE=str(root / "head" / "kernels"), NORMFREE_LEASE_SECONDS="5"
+            )
         except (RuntimeError, OSError) as exc:
             reason = f"cannot start a Ray head node here: {str(exc)[:2000]}"
             if get_settings().ci:
@@ -190,38 +195,36 @@ def _cli(cluster: LocalRayCluster, db_url: str, *args: str, timeout: float = 60)
     return json.loads(res.stdout.decode().strip().splitlines()[-1])
 
 
-def _job_count(cluster: LocalRayCluster, submission_id: str) -> int:
-    """How many jobs the cluster knows under this id (listed by a separate client process)."""
-    code = (
-        "import sys; from ray.job_submission import JobSubmissionClient as C; "
-        f"print(sum(j.submission_id == {submission_id!r} "
-        f"for j in C({cluster.jobs_address!r}).list_jobs()))"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], env=cluster.env(), capture_output=True, check=True
-    )
-    return int(res.stdout.decode().strip().splitlines()[-1])
-
-
 def test_study_as_ray_job_is_idempotent(
     cluster: LocalRayCluster, pg_url: str, tmp_path: Path
 ) -> None:
-    from normfree.workers.jobs import job_submission_id
+    from ray.job_submission import JobSubmissionClient
+
+    from normfree.workers.jobs import (
+        job_log,
+        job_submission_id,
+        stop_study_job,
+        study_job,
+        submit_study,
+        wait_for_study_job,
+    )
 
     cluster.add_node("node3", NORMFREE_KERNEL_CACHE=str(tmp_path / "node3" / "kernels"))
     epochs = 3
-    settings = Settings(database_url=pg_url)
+    settings = Settings(database_url=pg_url, ray_jobs_address=cluster.jobs_address)
     study_id = create_study(_spec(["erf", "tanh"], [0.0], epochs), settings=settings)
     store = TrialStore(pg_url)
     n = store.repo.study_progress(study_id)["total"]
     sid = job_submission_id(study_id)
-    submit = ("study", "submit", str(study_id), "--parallel", "2")
+    # This process talks to the cluster with the token in hand; the CLI process below gets it
+    # through its environment (RAY_AUTH_MODE/RAY_AUTH_TOKEN), as an operator's shell would.
+    kw: dict[str, Any] = {"settings": settings, "token": cluster.token}
 
-    first = _cli(cluster, pg_url, *submit)
-    second = _cli(cluster, pg_url, *submit)
+    first = _cli(cluster, pg_url, "study", "submit", str(study_id), "--parallel", "2")
+    second = submit_study(study_id, **kw)
     assert first["submitted"] and first["submission_id"] == sid
-    assert not second["submitted"] and second["submission_id"] == sid
-    assert second["status"] in ("PENDING", "RUNNING")
+    assert not second.submitted and second.submission_id == sid
+    assert second.status in ("PENDING", "RUNNING")
 
     # Lose the driver mid-study: stop the job once a trial has reported an epoch.
     def mid_study() -> bool:
@@ -229,21 +232,31 @@ def test_study_as_ray_job_is_idempotent(
         return any(store.repo.get_trial(r["id"])["curves"] for r in running)
 
     _wait_for(mid_study, 150, "the job's first trial to report an epoch")
-    stopped = _cli(cluster, pg_url, "study", "job", str(study_id), "--stop")
-    assert stopped["stopped"] and stopped["status"] == "STOPPED"
+    assert stop_study_job(study_id, **kw)
+    assert study_job(study_id, **kw).status == "STOPPED"
     assert store.repo.get_study(study_id)["status"] != "complete"
 
     # Submitting again restarts the driver under the same id; it resumes the study.
-    third = _cli(cluster, pg_url, *submit)
-    assert third["submitted"] and "resubmitted" in third["reason"]
-    final = _cli(
-        cluster, pg_url, *submit[:3], "--wait", "--timeout", "240", timeout=300
-    )  # already running: --wait only waits
-    assert not final["submitted"] and final["status"] == "SUCCEEDED", final
-    logs = _cli(cluster, pg_url, "study", "job", str(study_id), "--logs")["logs"]
+    third = submit_study(study_id, **kw)
+    # The next driver run gets the next id of the study (never the same id twice: Ray fails a
+    # job whose id's previous supervisor is still exiting).
+    assert third.submitted and "resubmitted" in third.reason
+    assert third.submission_id == job_submission_id(study_id, 1) == f"{sid}-r1"
+    final = wait_for_study_job(study_id, timeout=240, poll_s=0.5, **kw)
+
+    logs = job_log(study_id, **kw)
+    assert final.status == "SUCCEEDED", f"{final.message}\n{logs[-3000:]}"
     assert json.loads(logs.strip().splitlines()[-1])["status"] == "complete"
 
-    after = _cli(cluster, pg_url, *submit)
-    assert not after["submitted"] and "complete" in after["reason"]
-    assert _job_count(cluster, sid) == 1  # one job per study, whatever happened
+    after = submit_study(study_id, **kw)
+    assert not after.submitted and "complete" in after.reason
+    client = JobSubmissionClient(
+        cluster.jobs_address, headers={"Authorization": f"Bearer {cluster.token}"}
+    )
+    ours = {
+        j.submission_id: str(j.status.value)
+        for j in client.list_jobs()
+        if (j.submission_id or "").startswith(sid)
+    }
+    assert ours == {sid: "STOPPED", f"{sid}-r1": "SUCCEEDED"}  # never two at once, none extra
     _assert_complete_once(store, study_id, n, epochs)

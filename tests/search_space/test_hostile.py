@@ -76,7 +76,8 @@ def _trees() -> st.SearchStrategy[str]:
         st.just("u"),
         st.just("x"),
         st.sampled_from(["pi", "e"]),
-        st.floats(min_value=-1e7, max_value=1e7, allow_nan=False).map(lambda v: f"({v!r})"),
+        st.floats(min_value=-1e3, max_value=1e3, allow_nan=False).map(lambda v: f"({v!r})"),
+        st.floats(allow_nan=True, allow_infinity=True).map(lambda v: f"({v!r})"),  # rejected
         st.integers(min_value=-40, max_value=40).map(lambda v: f"({v})"),
     )
 
@@ -88,6 +89,9 @@ def _trees() -> st.SearchStrategy[str]:
             st.tuples(st.sampled_from(FUNCS), child).map(lambda t: f"{t[0]}({t[1]})"),
             st.tuples(child, child).map(lambda t: f"max({t[0]}, {t[1]})"),
             st.tuples(child, child, child).map(lambda t: f"clip({t[0]}, {t[1]}, {t[2]})"),
+            st.tuples(child, st.floats(-5, 5), st.floats(0.01, 5)).map(
+                lambda t: f"clip({t[0]}, {t[1]!r}, {t[1] + t[2]!r})"
+            ),
             child.map(lambda c: f"-{c}"),
         )
 

@@ -8,6 +8,7 @@ memoises on the sympy node). It only ever sees expressions built by our parser o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -154,11 +155,7 @@ def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
             return False
         if isinstance(node, sympy.Expr) and not node.free_symbols:
             # a constant sub-expression (2/pi, log(2), ...), evaluated once, guarded
-            value = evaluate_point(node, 0.0, dps=20)
-            if value is None:
-                mp_value = evaluate_point(sympy.sign(node), 0.0, dps=20)
-                return float("nan") if mp_value is None else mp_value * float("inf")
-            return value
+            return evaluate_point(node, 0.0, dps=20, finite_only=False)
         if isinstance(node, sympy.Add):
             acc = walk(node.args[0])
             for a in node.args[1:]:
@@ -273,8 +270,12 @@ def _mp_guarded(name: str, x: Any, mp: Any) -> Any:
     raise ValueError(name)
 
 
-def evaluate_point(expr: sympy.Basic, at: Any, dps: int = 40) -> float | None:
+def evaluate_point(
+    expr: sympy.Basic, at: Any, dps: int = 40, finite_only: bool = True
+) -> float | None:
     """``expr`` at one point with ``dps`` digits (mpmath), as a float; None if not finite.
+
+    With ``finite_only=False`` the float may be +-inf or nan instead of None.
 
     ``at`` is a float or an exact sympy Rational. Used where float64 is not enough: one-sided
     limits at a kink (u = c +- 1e-24) and the exact-looking values f(0), f'(0). Every function
@@ -384,12 +385,9 @@ def evaluate_point(expr: sympy.Basic, at: Any, dps: int = 40) -> float | None:
 
         try:
             value = walk(expr)
+            out = float("nan") if isinstance(value, bool) else float(value)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):
-            return None
-        if isinstance(value, bool):
-            return None
-        try:
-            out = float(value)
-        except (TypeError, ValueError, OverflowError):
-            return None
-    return out if out == out and abs(out) != float("inf") else None
+            out = float("nan")
+    if finite_only and not math.isfinite(out):
+        return None
+    return out

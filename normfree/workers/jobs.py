@@ -351,16 +351,19 @@ class RayJobRunner:
     ``settings.ray_jobs_address`` is set, and stay a thin, restartable web process.
     """
 
-    def __init__(self, settings: Settings, *, command: str = "normfree") -> None:
+    def __init__(
+        self, settings: Settings, *, command: str = "normfree", token: str | None = None
+    ) -> None:
         self.settings = settings
         self.command = command
+        self.token = token
         self.errors: dict[int, str] = {}
         self.jobs: dict[int, StudyJob] = {}
 
     def submit(self, study_id: int) -> None:
         try:
             self.jobs[study_id] = submit_study(
-                study_id, settings=self.settings, command=self.command
+                study_id, settings=self.settings, command=self.command, token=self.token
             )
             self.errors.pop(study_id, None)
         except Exception as exc:  # the API keeps serving; the study page shows the reason
@@ -368,7 +371,8 @@ class RayJobRunner:
 
     def is_active(self, study_id: int) -> bool:
         try:
-            return study_job(study_id, settings=self.settings).status in ACTIVE_JOB_STATES
+            job = study_job(study_id, settings=self.settings, token=self.token)
+            return job.status in ACTIVE_JOB_STATES
         except Exception:  # cluster unreachable: we cannot claim the study is being driven
             return False
 

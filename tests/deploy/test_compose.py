@@ -310,8 +310,9 @@ def test_volumes_and_per_node_caches(compose: dict[str, Any]) -> None:
         root = PurePosixPath(env["NORMFREE_KERNEL_CACHE"]).parent
         volume = mounts(name).get(str(root))
         assert volume in declared, f"{name}: the cache root {root} is not on a named volume"
-        # Triton's compiled binaries share the node's volume with our generated sources.
+        # Triton's binaries and torch.compile's share the node's volume with our sources.
         assert PurePosixPath(env["TRITON_CACHE_DIR"]).is_relative_to(root)
+        assert PurePosixPath(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(root)
         cache_volumes.add((name, volume))
     by = dict(cache_volumes)
     assert by["ray-worker"] != by["ray-worker-gpu"] != by["ray-head"]

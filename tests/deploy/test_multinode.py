@@ -201,7 +201,7 @@ def test_study_as_ray_job_is_idempotent(
     from ray.job_submission import JobSubmissionClient
 
     from normfree.workers.jobs import (
-        job_log,
+        RayJobRunner,
         job_submission_id,
         stop_study_job,
         study_job,
@@ -225,6 +225,11 @@ def test_study_as_ray_job_is_idempotent(
     assert first["submitted"] and first["submission_id"] == sid
     assert not second.submitted and second.submission_id == sid
     assert second.status in ("PENDING", "RUNNING")
+    # The API's runner interface (what `normfree serve` would use with a Jobs address).
+    runner = RayJobRunner(settings, token=cluster.token)
+    runner.submit(study_id)
+    assert not runner.errors and not runner.jobs[study_id].submitted
+    assert runner.is_active(study_id)
 
     # Lose the driver mid-study: stop the job once a trial has reported an epoch.
     def mid_study() -> bool:
@@ -244,9 +249,11 @@ def test_study_as_ray_job_is_idempotent(
     assert third.submission_id == job_submission_id(study_id, 1) == f"{sid}-r1"
     final = wait_for_study_job(study_id, timeout=240, poll_s=0.5, **kw)
 
-    logs = job_log(study_id, **kw)
-    assert final.status == "SUCCEEDED", f"{final.message}\n{logs[-3000:]}"
-    assert json.loads(logs.strip().splitlines()[-1])["status"] == "complete"
+    shown = _cli(cluster, pg_url, "study", "job", str(study_id), "--logs")
+    assert final.status == "SUCCEEDED", f"{final.message}\n{shown.get('logs', '')[-3000:]}"
+    assert shown["submission_id"] == f"{sid}-r1" and shown["status"] == "SUCCEEDED"
+    assert json.loads(shown["logs"].strip().splitlines()[-1])["status"] == "complete"
+    assert not runner.is_active(study_id)
 
     after = submit_study(study_id, **kw)
     assert not after.submitted and "complete" in after.reason

@@ -10,8 +10,9 @@ Convention (stated once, used everywhere):
 1. DiracDelta terms are dropped (they only live on a measure-zero set that step 3 handles).
 2. Heaviside(x) becomes (1 + sign(x))/2, i.e. 1/2 at x = 0. That is the derivative convention of
    Min/Max (clip): at a clip corner the derivative is the mean of the two one-sided slopes.
-3. At every *kink point* c (an exact rational real root of an argument of Abs, sign, Heaviside or
-   the base of a non-integer power; u = 0 is always tried) the derivative's value is:
+3. At every *kink point* c (an exact real root of an argument of Abs, sign, Heaviside or the base
+   of a non-integer power: rational, or an exact constant like pi or sqrt(2); u = 0 is always
+   tried) the derivative's value is:
    - the mean of the one-sided limits of f' when both are finite (the true slope where f is
      differentiable: expsign, logsignclip and saturlog get slope 1 at 0);
    - otherwise (an infinite slope: exproot, power23clip at 0) the central secant slope
@@ -86,16 +87,35 @@ def poly_real_roots(g: sympy.Expr, max_degree: int = _MAX_POLY_DEGREE) -> list[s
         return []
 
 
-def kink_points(expr: sympy.Expr) -> list[sympy.Rational]:
-    """Exact rational points where a kink argument of ``expr`` vanishes (bounded work)."""
-    points: set[sympy.Rational] = set()
+_MAX_KINKS = 16
+
+
+def _exact_real(r: sympy.Expr) -> bool:
+    """A real constant we can compare u with and evaluate (1/3, pi/2, sqrt(2); no RootOf)."""
+    if r.is_Rational:
+        return True
+    if r.free_symbols or r.has(sympy.CRootOf, sympy.I) or not r.is_real:
+        return False
+    return evaluate_point(r, sympy.S.Zero) is not None
+
+
+def kink_points(expr: sympy.Expr) -> list[sympy.Expr]:
+    """Exact real points where a kink argument of ``expr`` vanishes (bounded work).
+
+    Rational roots (u - 1/3), exact irrational roots of polynomial arguments (u - pi, u**2 - 2)
+    and u = 0 whenever an argument is exactly 0 there. A float kernel evaluates u - c to exactly
+    0 at u = float(c), so these are the points where 0 * inf or a lost slope can occur.
+    """
+    points: dict[float, sympy.Expr] = {}
     for g in kink_arguments(expr):
         if evaluate_point(g, sympy.S.Zero) == 0.0:  # guarded numeric, never sympy's evalf
-            points.add(sympy.S.Zero)
+            points.setdefault(0.0, sympy.S.Zero)
         for r in poly_real_roots(g):
-            if r.is_Rational:
-                points.add(r)
-    return sorted(points)
+            if _exact_real(r):
+                points.setdefault(float(evaluate_point(r, sympy.S.Zero) or 0.0), r)
+        if len(points) >= _MAX_KINKS:
+            break
+    return [points[k] for k in sorted(points)][:_MAX_KINKS]
 
 
 def _kink_value(f: sympy.Expr, d: sympy.Expr, c: sympy.Rational) -> sympy.Expr:
@@ -122,7 +142,8 @@ def _kink_value(f: sympy.Expr, d: sympy.Expr, c: sympy.Rational) -> sympy.Expr:
 def kernel_safe_derivative(expr: sympy.Expr) -> sympy.Expr:
     """d expr / du with no DiracDelta/Heaviside, and the conventional value at kink points."""
     raw = sympy.diff(expr, U)
-    kinks = sorted(set(kink_points(expr)) | set(kink_points(raw)))
+    kinks = {float(c): c for c in [*kink_points(expr), *kink_points(raw)]}
+    kinks = [kinks[k] for k in sorted(kinks)]
     d = raw.replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
     d = d.replace(sympy.Heaviside, lambda x, *rest: (1 + sympy.sign(x)) / 2)
     fixes = []

@@ -285,8 +285,7 @@ def evaluate_point(
 
     mp = mpmath.mp
     with mpmath.workdps(dps):
-        exact = isinstance(at, sympy.Rational)
-        x = mpmath.mpf(int(at.p)) / int(at.q) if exact else mpmath.mpf(at)
+        x: Any = mpmath.mpf(0)  # replaced below once walk() exists
         memo: dict[sympy.Basic, Any] = {}
 
         def walk(node: sympy.Basic) -> Any:
@@ -384,6 +383,13 @@ def evaluate_point(
             raise ValueError(f"cannot evaluate sympy node {type(node).__name__}")
 
         try:
+            if isinstance(at, sympy.Basic):  # an exact point: 1/3, pi + 10**-24, sqrt(2)
+                if at.free_symbols:
+                    raise ValueError("the point must be a constant")
+                x = walk(at)
+                memo.clear()
+            else:
+                x = mpmath.mpf(at)
             value = walk(expr)
             out = float("nan") if isinstance(value, bool) else float(value)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):

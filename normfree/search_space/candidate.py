@@ -190,7 +190,7 @@ def build_candidate(
     bad = disallowed_nodes(derivative)
     if bad:
         raise ExpressionError(f"the derivative uses unsupported operations ({', '.join(bad)})")
-    kinks = tuple(float(c) for c in sorted(set(kink_points(expr)) | set(kink_points(derivative))))
+    kinks = tuple(sorted({float(c) for c in [*kink_points(expr), *kink_points(derivative)]}))
     check_domain(expr, derivative, list(kinks))
     return Candidate(
         name=name,

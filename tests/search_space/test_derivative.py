@@ -122,3 +122,16 @@ def test_user_formulas_with_kinks(catalog):
     c = parse("sqrt(abs(sin(u)))")  # kinks at k*pi: u=0 exactly gets the secant, no NaN
     x = torch.tensor([0.0, np.pi, -np.pi], dtype=torch.float64)
     assert torch.isfinite(c.torch_fn(derivative=True)(x)).all()
+
+
+def test_irrational_kinks_of_linear_arguments(catalog):
+    """u - pi is exactly 0 at u = float(pi) in a kernel too: no NaN and the true/secant slope."""
+    c = parse("sign(u-pi)*sqrt(abs(u-pi))")
+    assert c.kinks == (pytest.approx(np.pi),)
+    for dtype in (torch.float32, torch.float64):
+        got = c.torch_fn(derivative=True)(torch.tensor([np.pi, 3.0], dtype=dtype))
+        assert torch.isfinite(got).all()
+        assert float(got[0]) == pytest.approx(np.sqrt(1e-3) / 1e-3, rel=1e-5)
+    c = parse("sign(u-pi/2)*(1-exp(-abs(u-pi/2)))")
+    got = c.torch_fn(derivative=True)(torch.tensor([np.pi / 2], dtype=torch.float64))
+    assert float(got[0]) == pytest.approx(1.0)

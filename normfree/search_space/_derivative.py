@@ -102,17 +102,22 @@ def _exact_real(r: sympy.Expr) -> bool:
 def kink_points(expr: sympy.Expr) -> list[sympy.Expr]:
     """Exact real points where a kink argument of ``expr`` vanishes (bounded work).
 
-    Rational roots (u - 1/3), exact irrational roots of polynomial arguments (u - pi, u**2 - 2)
-    and u = 0 whenever an argument is exactly 0 there. A float kernel evaluates u - c to exactly
-    0 at u = float(c), so these are the points where 0 * inf or a lost slope can occur.
+    Rational roots (u - 1/3), exact irrational roots of polynomial arguments (u - pi, u**2 - 2),
+    roots of polynomial parts that zero the argument (tanh(u - 0.3) at 0.3), and u = 0 whenever
+    an argument is exactly 0 there. A float kernel evaluates u - c to exactly 0 at u = float(c),
+    so these are the points where 0 * inf or a lost slope can occur.
     """
     points: dict[float, sympy.Expr] = {}
     for g in kink_arguments(expr):
-        if evaluate_point(g, sympy.S.Zero) == 0.0:  # guarded numeric, never sympy's evalf
-            points.setdefault(0.0, sympy.S.Zero)
-        for r in poly_real_roots(g):
-            if _exact_real(r):
-                points.setdefault(float(evaluate_point(r, sympy.S.Zero) or 0.0), r)
+        # Candidates: u = 0, and the exact roots of g's polynomial parts (g itself, or the
+        # u - 0.3 inside tanh(u - 0.3)); kept where g is then exactly 0 (guarded mpmath).
+        inner = [s for s in sympy.preorder_traversal(g) if isinstance(s, sympy.Add)][:8]
+        candidates: list[sympy.Expr] = [sympy.S.Zero]
+        for part in (g, *inner):
+            candidates += [r for r in poly_real_roots(part) if _exact_real(r)]
+        for c in candidates[: 4 * _MAX_KINKS]:
+            if evaluate_point(g, c) == 0.0:
+                points.setdefault(float(evaluate_point(c, sympy.S.Zero) or 0.0), c)
         if len(points) >= _MAX_KINKS:
             break
     return [points[k] for k in sorted(points)][:_MAX_KINKS]

@@ -135,3 +135,12 @@ def test_irrational_kinks_of_linear_arguments(catalog):
     c = parse("sign(u-pi/2)*(1-exp(-abs(u-pi/2)))")
     got = c.torch_fn(derivative=True)(torch.tensor([np.pi / 2], dtype=torch.float64))
     assert float(got[0]) == pytest.approx(1.0)
+    # a polynomial part inside a function: tanh(u - 0.3) is exactly 0 at u = float(0.3)
+    c = parse("sign(sin(u-0.7))*(1-exp(-abs(sin(u-0.7))))")
+    assert c.kinks == (0.7,)
+    for dtype in (torch.float32, torch.float64):
+        got = c.torch_fn(derivative=True)(torch.tensor([0.7], dtype=dtype))
+        assert float(got[0]) == pytest.approx(1.0)
+    c = parse("sqrt(abs(tanh(u-0.3)))")  # a cusp: the secant is 0 by symmetry, and finite
+    got = c.torch_fn(derivative=True)(torch.tensor([0.3], dtype=torch.float32))
+    assert torch.isfinite(got).all() and float(got[0]) == pytest.approx(0.0, abs=1e-6)

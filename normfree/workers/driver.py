@@ -44,7 +44,8 @@ __all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-_TERMINAL = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED")
+# Row states after which nothing runs again (and Optuna must have been told).
+_TERMINAL = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
 
 
 def optuna_study_name(study_id: int) -> str:
@@ -153,7 +154,7 @@ class StudyDriver:
             self.optuna.tell(number, value, skip_if_finished=True)
         elif status == "PRUNED":
             self.optuna.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
-        elif status in ("DIVERGED", "FAILED") or status == "COMPLETE":
+        else:  # diverged, failed, cancelled: no value for the sampler to learn from
             self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
     def _reconcile(self) -> None:
@@ -191,11 +192,8 @@ class StudyDriver:
     # ---------------------------------------------------------------- search
 
     def _search_asked(self) -> int:
-        return sum(
-            1
-            for t in self.optuna.get_trials(deepcopy=False)
-            if not t.user_attrs.get("normfree_orphan")
-        )
+        """Optuna trials asked so far (duplicates and orphans included: they were asked)."""
+        return len(self.optuna.get_trials(deepcopy=False))
 
     def _ask_search(self) -> bool:
         """Ask Optuna for one more search point and insert its row. False: budget spent."""
@@ -221,9 +219,11 @@ class StudyDriver:
 
     def _plan_extra_seeds(self) -> int:
         rows = self.store.repo.list_trials(self.study_id, status="COMPLETE")
+        search_seed = sch.paired_seeds(self.spec)[0] if self.spec.seeds else 0
         finished = []
         for r in rows:
-            if r["value"] is not None:
+            # Rank on the search's own seed only, so a restart picks the same top arms.
+            if r["value"] is not None and r["seed"] == search_seed:
                 ax = r["axis_values"]
                 params = {sch.P_NORM: ax["function"]}
                 params.update({k: ax[k] for k in (sch.P_ALPHA0, sch.P_LR) if k in ax})

@@ -47,8 +47,11 @@ def _outcome(text: str) -> Candidate | None:
     assert time.perf_counter() - start < PER_EXAMPLE_S, text[:80]
     if c is not None:
         assert not disallowed_nodes(c.expr) and not disallowed_nodes(c.derivative)
-        x = torch.linspace(-10, 10, 201, dtype=torch.float64)
-        assert torch.isfinite(c.torch_fn(derivative=True)(x)).all(), text
+        pts = [*np.linspace(-10, 10, 201).tolist(), 0.0, *c.kinks]
+        for dtype in (torch.float32, torch.float64):
+            x = torch.tensor(pts, dtype=dtype)
+            assert torch.isfinite(c.torch_fn()(x)).all(), (text, dtype)
+            assert torch.isfinite(c.torch_fn(derivative=True)(x)).all(), (text, dtype)
         assert isinstance(c.canonical, str) and len(c.fingerprint) == 16
     return c
 

@@ -13,16 +13,18 @@ stops being renewed) and the driver requeues the trial with ``attempt + 1``, up 
 
 Inside the task (:func:`run_trial_job`), one callback runs at every epoch report:
 
-1. record the epoch (learning curve and per-layer diagnostics) for the live dashboard;
-2. renew the lease (a background thread renews it too, so a long epoch does not lose it);
+1. record the epoch's learning-curve point and renew the lease, in one transaction (a heartbeat
+   thread also renews it from the moment the task starts, and the driver renews it while the
+   task is in flight, so neither a cold worker nor a long epoch loses it);
+2. read the study's status: paused or cancelled stops the trial at this report;
 3. relay the objective to Optuna (``trial.report``) and ask ``should_prune``: the worker asks
    Optuna's storage itself, so the decision is made on the latest values of every other trial and
-   reaches the running trial with zero delay (the driver never sits in this path);
-4. read the study's status: paused or cancelled stops the trial at this report.
+   reaches the running trial at that very epoch (the driver never sits in this path).
 
 Returning True from the callback makes ``train_trial`` stop and return ``status="pruned"``; the
-task then writes PRUNED (Optuna), hands the trial back to WAITING (pause: no attempt is charged),
-or leaves it to the driver (cancel, lease lost).
+task then writes PRUNED (Optuna), hands the trial back to WAITING uncharged (pause), marks it
+CANCELLED (cancel), or writes nothing (lease lost: someone else owns the trial now). Per-layer
+diagnostics are written with the result.
 """
 
 from __future__ import annotations

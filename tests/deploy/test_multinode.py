@@ -162,7 +162,9 @@ def test_study_survives_losing_a_node(
     assert driver.returncode == 0, err.decode()[-3000:]
     summary = json.loads(out.decode().strip().splitlines()[-1])
     assert summary["status"] == "complete"
-    assert summary["retried"] >= 1  # the attempt on the lost node came back as a failure
+    # The attempt on the lost node came back as a failure (or, had Ray been slower to declare
+    # the node dead, its lease lapsed first): either way it was requeued, not lost.
+    assert summary["retried"] + summary["requeued_expired"] >= 1
 
     trials = _assert_complete_once(store, study_id, n, epochs)
     retried = [t for t in trials if t["attempt"] >= 2]

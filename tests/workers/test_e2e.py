@@ -70,7 +70,6 @@ def test_property_study_end_to_end(url: str) -> None:
     assert again.dispatched == 0 and again.status == "complete"
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
     settings = engine_settings(url)
     spec = StudySpec(

@@ -182,10 +182,9 @@ class StudyDriver:
             return int(leased.optuna_number)
         params = {"trial_id": leased.id}
         dist = {"trial_id": optuna.distributions.IntDistribution(0, 2**31 - 1)}
-        self.optuna.enqueue_trial(params, user_attrs={"normfree_trial": leased.id})
+        attrs = {**leased.axis_values, "normfree_trial": leased.id}
+        self.optuna.enqueue_trial(params, user_attrs=attrs)  # the asked trial inherits them
         trial = self.optuna.ask(fixed_distributions=dist)
-        for k, v in leased.axis_values.items():
-            trial.set_user_attr(k, v)
         self.store.repo.set_optuna_number(leased.id, trial.number)
         return trial.number
 

@@ -139,7 +139,10 @@ class ServiceState:
 
     settings: Settings
     repo: Any
-    runner: StudyRunner | None = None
+    # In-process driver (embedded default) or, with ``NORMFREE_RAY_JOBS_ADDRESS``, a submitter of
+    # Ray jobs (``normfree.workers.jobs.RayJobRunner``, same duck type) so that the API process
+    # is never the driver of long studies on a cluster.
+    runner: Any = None
     # Run the zero-cost prescreen on submissions (off only for fuzzing, where thousands of
     # random valid formulas would each cost seconds).
     prescreen: bool = True
@@ -155,7 +158,14 @@ class ServiceState:
         prescreen: bool = True,
     ) -> ServiceState:
         repo = open_repository(settings, migrate=migrate)
-        runner = StudyRunner(settings) if run_studies or run_studies is None else None
+        runner: Any = None
+        if run_studies or run_studies is None:
+            if settings.ray_jobs_address:
+                from normfree.workers.jobs import RayJobRunner
+
+                runner = RayJobRunner(settings)
+            else:
+                runner = StudyRunner(settings)
         return cls(settings=settings, repo=repo, runner=runner, prescreen=prescreen)
 
     @property

@@ -66,3 +66,22 @@ def test_unreachable_cluster_is_reported(tmp_path: Path) -> None:
     assert (
         "cannot reach the Ray cluster" in json.loads(res.output.strip().splitlines()[-1])["error"]
     )
+
+
+def test_api_submits_studies_as_ray_jobs_when_a_jobs_address_is_set(tmp_path: Path) -> None:
+    """With NORMFREE_RAY_JOBS_ADDRESS the API hands studies to the cluster instead of driving them."""
+    from normfree.api.services import ServiceState, StudyRunner
+    from normfree.workers.jobs import RayJobRunner
+
+    url = f"sqlite:///{tmp_path / 'api.db'}"
+    on_cluster = ServiceState.open(
+        Settings(database_url=url, ray_jobs_address="http://127.0.0.1:1"), prescreen=False
+    )
+    embedded = ServiceState.open(Settings(database_url=url), prescreen=False)
+    try:
+        assert isinstance(on_cluster.runner, RayJobRunner)
+        assert isinstance(embedded.runner, StudyRunner)
+    finally:
+        for state in (on_cluster, embedded):
+            state.runner.close()
+            state.repo.db.dispose()

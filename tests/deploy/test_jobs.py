@@ -69,7 +69,7 @@ def test_unreachable_cluster_is_reported(tmp_path: Path) -> None:
 
 
 def test_api_submits_studies_as_ray_jobs_when_a_jobs_address_is_set(tmp_path: Path) -> None:
-    """With NORMFREE_RAY_JOBS_ADDRESS the API hands studies to the cluster instead of driving them."""
+    """With a Ray jobs address the API hands studies to the cluster instead of driving them."""
     from normfree.api.services import ServiceState, StudyRunner
     from normfree.workers.jobs import RayJobRunner
 

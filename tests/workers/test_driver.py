@@ -1,0 +1,88 @@
+"""The driver's bookkeeping without Ray: Optuna reconciliation after crashes, search dedup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from normfree.specs import StudySpec, TrialResult
+from normfree.workers.driver import StudyDriver, create_study
+from tests.workers.engine_support import engine_settings
+
+
+def _result(value: float) -> TrialResult:
+    return TrialResult(
+        status="complete", metrics={"val_acc": value}, objective="val_acc", direction="maximize"
+    )
+
+
+def test_restarted_driver_tells_optuna_what_finished_unwatched(tmp_path: Path) -> None:
+    settings = engine_settings(f"sqlite:///{tmp_path / 'nf.db'}")
+    spec = StudySpec(kind="options", proxy="vit-tiny", seeds=2, functions=["erf"], epochs=1)
+    study_id = create_study(spec, settings=settings)
+    first = StudyDriver(study_id, settings=settings)
+    leased = first.store.repo.lease_next(study_id, first.owner, 30.0)
+    number = first._grid_number(leased)
+    # Recorded on the row: a retried attempt leases it with this number (kept across attempts).
+    assert first.store.repo.get_trial(leased.id)["optuna_number"] == number
+    # The task wrote its result, then the driver died before telling Optuna ...
+    assert first.store.repo.finish_trial(leased.id, first.owner, leased.attempt, _result(0.7))
+    # ... and another process asked Optuna for a trial it never recorded.
+    orphan = first.optuna.ask().number
+    second = StudyDriver(study_id, settings=settings)
+    second._reconcile()
+    trials = {t.number: t for t in second.optuna.get_trials()}
+    assert trials[number].state == optuna.trial.TrialState.COMPLETE
+    assert trials[number].value == 0.7
+    assert trials[number].user_attrs["function"] == "erf"
+    assert trials[orphan].state == optuna.trial.TrialState.FAIL
+
+
+def test_search_reuses_a_trained_point_instead_of_training_it_twice(tmp_path: Path) -> None:
+    settings = engine_settings(f"sqlite:///{tmp_path / 'nf.db'}")
+    spec = StudySpec(
+        kind="search", proxy="vit-tiny", functions=["erf"], sampler="random", n_trials=3, epochs=1
+    )
+    study_id = create_study(spec, settings=settings)
+    driver = StudyDriver(study_id, settings=settings)
+    assert driver._ask_search()
+    (row,) = driver.store.repo.list_trials(study_id)
+    leased = driver.store.repo.lease_next(study_id, driver.owner, 30.0)
+    assert leased.id == row["id"] and leased.optuna_number == row["optuna_number"]
+    driver.store.repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(0.4))
+    driver._tell(leased.optuna_number, "COMPLETE", 0.4)
+    # The only candidate again: told the stored value, nothing new to train.
+    assert driver._ask_search() and driver._ask_search()
+    assert len(driver.store.repo.list_trials(study_id)) == 1
+    values = [t.value for t in driver.optuna.get_trials()]
+    assert values == [0.4, 0.4, 0.4]
+    assert not driver._ask_search()  # budget of 3 asks spent
+
+
+def test_extra_seeds_are_planned_once_for_the_top_arms(tmp_path: Path) -> None:
+    settings = engine_settings(f"sqlite:///{tmp_path / 'nf.db'}")
+    spec = StudySpec(
+        kind="search",
+        proxy="vit-tiny",
+        functions=["erf", "tanh", "isru"],
+        sampler="random",
+        n_trials=3,
+        extra_seeds_for_top=2,
+        params={"top_arms": 1},
+        epochs=1,
+    )
+    study_id = create_study(spec, settings=settings)
+    driver = StudyDriver(study_id, settings=settings)
+    repo = driver.store.repo
+    while driver._ask_search():
+        leased = repo.lease_next(study_id, driver.owner, 30.0)
+        if leased is not None:
+            value = {"erf": 0.9, "tanh": 0.5, "isru": 0.3}[leased.config.norm.name]
+            repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(value))
+    best = max(repo.list_trials(study_id, status="COMPLETE"), key=lambda r: r["value"])["candidate"]
+    added = driver._plan_extra_seeds()
+    assert added == 2
+    extra = repo.list_trials(study_id, status="WAITING")
+    assert {r["candidate"] for r in extra} == {best} and {r["seed"] for r in extra} == {1, 2}
+    assert StudyDriver(study_id, settings=settings)._plan_extra_seeds() == 0  # idempotent

@@ -39,9 +39,13 @@ BACKENDS = ("auto", "triton", "torch", "compile")
 def cpu_auto() -> str:
     """What "auto" runs on CPU tensors: ``get_settings().kernel_cpu_backend``, "torch" by default.
 
-    Measured by bench/bench_kernels_cpu.py: the compiled path is ~3-4x faster per step than the
-    eager one, but compiling costs ~10-20 s per candidate and process on this machine, more than a
-    whole short proxy trial, so eager is the default and "compile" the opt-in for long runs.
+    Decision (bench/bench_kernels_cpu.py, CPU time per fwd+bwd step, one thread, one run): at
+    the default ViT proxy's shape [64*17, 64] the step is overhead-bound and compiled saves only
+    ~0.15 ms per norm call over eager (0.63 vs 0.77 ms); with 9 norm slots that is ~1.4 ms per
+    training step, while the first call of a compiled candidate costs ~5 s per process even with
+    inductor's on-disk cache warm (10-20 s cold): more steps to pay back than a 30-60 s trial
+    runs. Compiled wins clearly only at large shapes ([128*65, 128]: 5.4 vs 10.9 ms; [4096, 768]:
+    ~10 vs ~29 ms), so eager stays the default and "compile" is the opt-in for long/large runs.
     """
     return get_settings().kernel_cpu_backend
 
@@ -229,10 +233,14 @@ class PointwiseNormFunction(torch.autograd.Function):
             d_s = None if s is None else p_s.sum(0) if per_channel else p_s.sum()
             d_gamma = None if p_gamma is None else p_gamma.sum(0)
             grads = (dx.view(x.shape), p_alpha.sum(), d_s, d_gamma, p_beta.sum(0))
-        else:
-            pointwise = op.compiled("backward") if ctx.backend == "compile" else None
+        elif ctx.backend == "compile":
             grads = _torch_ops.backward_math(
-                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel, pointwise
+                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel,
+                op.compiled("backward"),
+            )  # fmt: skip
+        else:
+            grads = _torch_ops.backward_eager(
+                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel
             )
         dx, d_alpha, d_s, d_gamma, d_beta = grads
         need = ctx.needs_input_grad

@@ -29,14 +29,19 @@ def forward_math(
     f: Fn, x: Tensor, alpha: Tensor, s: Tensor | None, gamma: Tensor | None, beta: Tensor | None
 ) -> Tensor:
     """y = gamma * f(alpha * x + s) + beta, computed in fp32, returned in x's dtype."""
-    ct = compute_dtype(x.dtype)
-    u = x.to(ct) * alpha.to(ct)
-    if s is not None:
-        u = u + s.to(ct)
-    y = f(u)
+    y = f(shifted(x, alpha, s))
     if gamma is not None and beta is not None:
+        ct = compute_dtype(x.dtype)
         y = torch.addcmul(beta.to(ct), y, gamma.to(ct))
     return y.to(x.dtype)
+
+
+def shifted(x: Tensor, alpha: Tensor, s: Tensor | None) -> Tensor:
+    """u = alpha * x + s in the compute dtype: one ``addcmul`` (one pass, one buffer) eagerly."""
+    ct = compute_dtype(x.dtype)
+    if s is None:
+        return x.to(ct) * alpha.to(ct)
+    return torch.addcmul(s.to(ct), x.to(ct), alpha.to(ct))
 
 
 def backward_pointwise(
@@ -56,14 +61,59 @@ def backward_pointwise(
     """
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
-    u = x.to(ct) * a
-    if s is not None:
-        u = u + s.to(ct)
-    fu, dfu = f_and_df(u)
+    fu, dfu = f_and_df(shifted(x, alpha, s))
     dyc = dy.to(ct)
     g = dyc * dfu if gamma is None else dyc * gamma.to(ct) * dfu
     h = dyc * fu if gamma is not None else None
     return g * a, g, h
+
+
+def _owned(t: Tensor, *others: Tensor) -> bool:
+    """True when ``t`` may be overwritten: a full-size buffer sharing memory with none of others.
+
+    The generated ``f_and_df`` may return the same tensor twice (``exp``: f = f'), ``u`` itself
+    (identity) or a broadcast constant, so in-place reuse is checked, never assumed.
+    """
+    if t.requires_grad or not t.is_contiguous():
+        return False
+    ptr = t.untyped_storage().data_ptr()
+    return all(o.untyped_storage().data_ptr() != ptr for o in others)
+
+
+def backward_eager(
+    f_and_df: FnDf,
+    dy: Tensor,
+    x: Tensor,
+    alpha: Tensor,
+    s: Tensor | None,
+    gamma: Tensor | None,
+    s_per_channel: bool,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
+    """The eager backward with as few full-size buffers and passes as ATen allows.
+
+    Same math as :func:`backward_math`, but the temporaries returned by the generated code are
+    reused in place (checked by :func:`_owned`) and dx is made from g after the reductions that
+    need g, so a step allocates u, f, f' and nothing else of size M x D: fewer page faults and
+    less traffic, which is most of an eager step on CPU (bench/bench_kernels_cpu.py).
+    """
+    if torch.is_grad_enabled():  # double backward: keep the graph-safe out-of-place version
+        return backward_math(f_and_df, dy, x, alpha, s, gamma, s_per_channel)
+    ct = compute_dtype(x.dtype)
+    a = alpha.to(ct)
+    xc = x.to(ct)
+    dyc = dy.to(ct)
+    fu, dfu = f_and_df(shifted(xc, a, s))
+    shape = torch.broadcast_shapes(x.shape, dfu.shape)
+    reuse = dfu.shape == shape and _owned(dfu, fu, xc, dyc)
+    g = dfu.mul_(dyc) if reuse else dyc * dfu
+    if gamma is not None:
+        g = g.mul_(gamma.to(ct))
+    h = None
+    if gamma is not None:
+        h_owned = fu.shape == shape and _owned(fu, g, xc, dyc)
+        h = fu.mul_(dyc) if h_owned else dyc * fu
+    d_alpha, d_s, d_gamma, d_beta = backward_reduce(dy, x, g, h, s, s_per_channel)
+    return g.mul_(a), d_alpha, d_s, d_gamma, d_beta
 
 
 def row_block(m: int) -> int:
@@ -90,10 +140,7 @@ def backward_blocked(
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
     xc = x.to(ct)
-    u = xc * a
-    if s is not None:
-        u = u + s.to(ct)
-    fu, dfu = f_and_df(u)
+    fu, dfu = f_and_df(shifted(xc, a, s))
     dyc = dy.to(ct)
     g = dyc * dfu if gamma is None else dyc * gamma.to(ct) * dfu
     blocks = (-1, block, x.shape[-1])  # (M / block, block, D)

@@ -104,16 +104,14 @@ class CompiledOperator:
             lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
-    def compiled(self, which: Literal["forward", "backward", "backward_blocked"]) -> Any:
-        """torch.compile'd forward / backward pieces (built once each, dynamic shapes)."""
+    def compiled(self, which: Literal["forward", "backward"]) -> Any:
+        """torch.compile'd forward / backward (built once each, dynamic shapes)."""
         if which not in self._compiled:
             mod = self.torch_module
             if which == "forward":
                 fn = functools.partial(_torch_ops.forward_math, mod.f)
-            elif which == "backward":
-                fn = functools.partial(_torch_ops.backward_pointwise, mod.f_and_df)
             else:
-                fn = functools.partial(_torch_ops.backward_blocked, mod.f_and_df)
+                fn = functools.partial(_torch_ops.backward_fused, mod.f_and_df)
             self._compiled[which] = torch.compile(fn, dynamic=True, fullgraph=True)
         return self._compiled[which]
 
@@ -227,17 +225,12 @@ class PointwiseNormFunction(torch.autograd.Function):
             from normfree.kernels import _triton_ops
 
             grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
-        elif ctx.backend == "compile" and (block := _torch_ops.row_block(x.numel() // x.shape[-1])):
-            dx, *partials = op.compiled("backward_blocked")(dy, x, alpha, s, gamma, block)
-            p_alpha, p_s, p_gamma, p_beta = partials
-            d_s = None if s is None else p_s.sum(0) if per_channel else p_s.sum()
-            d_gamma = None if p_gamma is None else p_gamma.sum(0)
-            grads = (dx.view(x.shape), p_alpha.sum(), d_s, d_gamma, p_beta.sum(0))
         elif ctx.backend == "compile":
-            grads = _torch_ops.backward_math(
-                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel,
-                op.compiled("backward"),
-            )  # fmt: skip
+            d = x.shape[-1]
+            x2, dy2 = x.reshape(-1, d), dy.reshape(-1, d)
+            parts = op.compiled("backward")(dy2, x2, alpha, s, gamma, per_channel)
+            dx, *rest = _torch_ops.finish_fused(parts, dy2, s, per_channel)
+            grads = (dx.view(x.shape), *rest)
         else:
             grads = _torch_ops.backward_eager(
                 op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel

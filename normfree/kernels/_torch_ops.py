@@ -4,9 +4,11 @@ Forward and backward are written once here, generic in ``f``; the candidate ente
 the generated functions. Math runs in fp32 (fp64 for fp64 inputs, so gradcheck is meaningful)
 and nothing but x is saved: backward recomputes u, f(u) and f'(u).
 
-``fused`` wraps both in ``torch.compile`` (inductor's C++ backend fuses the pointwise chain and the
-column reductions into a couple of loops); ``eager`` runs them as written. Which one ``auto``
-picks is decided in :mod:`normfree.kernels._ops` from the benchmark (bench/bench_kernels_cpu.py).
+Eager (``backend="torch"``): :func:`forward_math` and :func:`backward_eager` (ATen ops, the
+generated temporaries reused in place). Compiled (``backend="compile"``): ``torch.compile`` of
+:func:`forward_math` (one loop: read x, write y) and of :func:`backward_fused` (one loop: read x
+and dy, write dx and h, row sums in registers) plus two ATen column sums. Which one ``auto`` picks
+is decided in :mod:`normfree.kernels._ops` from the benchmark (bench/bench_kernels_cpu.py).
 """
 
 from __future__ import annotations
@@ -54,10 +56,8 @@ def backward_pointwise(
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The elementwise half of the backward: (dx, g = dL/du, h = dy * f(u) or None).
 
-    f and f' are recomputed from x. This is the part ``torch.compile`` fuses into one loop; the
-    reductions stay in :func:`backward_reduce` because inductor's CPU code walks column sums
-    (reductions over the outer dimension) row by row inside each column strip, which measured
-    several times slower than ATen's own column sum over a materialised operand.
+    f and f' are recomputed from x; the out-of-place reference form of the eager backward
+    (used when the backward itself is differentiated, where in-place reuse is not allowed).
     """
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
@@ -116,37 +116,50 @@ def backward_eager(
     return g.mul_(a), d_alpha, d_s, d_gamma, d_beta
 
 
-def row_block(m: int) -> int:
-    """Rows per block for :func:`backward_blocked`: the largest of 64, 32, 16, 8 dividing m."""
-    return next((r for r in (64, 32, 16, 8) if m % r == 0), 0)
-
-
-def backward_blocked(
+def backward_fused(
     f_and_df: FnDf,
     dy: Tensor,
     x: Tensor,
     alpha: Tensor,
     s: Tensor | None,
     gamma: Tensor | None,
-    block: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor]:
-    """dx and ``[M / block, D]`` partial column sums of (g*x, g, dy*f, dy), for torch.compile.
+    s_per_channel: bool,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """The backward as ``torch.compile`` fuses it into ONE pass over ``[M, D]`` views of x, dy.
 
-    The compiled form of the whole backward when ``block`` rows divide M: reducing a short
-    ``[block, D]`` strip per output row keeps inductor's column walk inside the cache, and nothing
-    of size M x D but dx is written. Measured ~30% faster than pointwise + ATen reductions
-    (bench/bench_kernels_cpu.py, same run); the host finishes the sums over the row blocks.
+    Returns (dx, row sums of g*x, row sums of g or g itself, h = dy * f(u) or None). Every
+    reduction here runs along the contiguous last dimension, the one shape of reduction that
+    inductor's C++ backend fuses with the elementwise outputs it shares a loop with: one loop
+    reads x and dy, recomputes u, f, f', stores dx and h and keeps the two row sums in registers.
+    The column sums (d_gamma, d_beta, per-channel d_s) are left to ATen over h and dy on the
+    host: inductor does not fuse a reduction over rows with a full-size store (it materialises
+    g and walks it again), which measured ~15% slower for the whole backward than this split
+    (bench/bench_kernels_cpu.py; the blocked variant it replaces: dx and [M/64, D] partials).
     """
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
     xc = x.to(ct)
-    fu, dfu = f_and_df(shifted(xc, a, s))
     dyc = dy.to(ct)
+    fu, dfu = f_and_df(shifted(xc, a, s))
     g = dyc * dfu if gamma is None else dyc * gamma.to(ct) * dfu
-    blocks = (-1, block, x.shape[-1])  # (M / block, block, D)
-    gb = g.reshape(blocks)
-    h = (dyc * fu).reshape(blocks).sum(1) if gamma is not None else None
-    return g * a, (gb * xc.reshape(blocks)).sum(1), gb.sum(1), h, dyc.reshape(blocks).sum(1)
+    h = dyc * fu if gamma is not None else None
+    g_out = g if s is not None and s_per_channel else g.sum(-1)
+    return g * a, (g * xc).sum(-1), g_out, h
+
+
+def finish_fused(
+    parts: tuple[Tensor, Tensor, Tensor | None, Tensor | None],
+    dy: Tensor,
+    s: Tensor | None,
+    s_per_channel: bool,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
+    """(dx, d_alpha, d_s, d_gamma, d_beta) from :func:`backward_fused`'s outputs (2-D views)."""
+    dx, row_gx, g_out, h = parts
+    d_s = None
+    if s is not None and g_out is not None:
+        d_s = g_out.sum(0) if s_per_channel else g_out.sum()
+    d_gamma = h.sum(0) if h is not None else None
+    return dx, row_gx.sum(), d_s, d_gamma, dy.to(row_gx.dtype).sum(0)
 
 
 def backward_reduce(
@@ -171,15 +184,8 @@ def backward_math(
     s: Tensor | None,
     gamma: Tensor | None,
     s_per_channel: bool,
-    pointwise: Callable[..., tuple[Tensor, Tensor, Tensor | None]] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
-    """(dx, d_alpha, d_s, d_gamma, d_beta) in the compute dtype.
-
-    ``pointwise`` replaces :func:`backward_pointwise` (the compiled version of it).
-    """
-    if pointwise is None:
-        dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
-    else:
-        dx, g, h = pointwise(dy, x, alpha, s, gamma)
+    """(dx, d_alpha, d_s, d_gamma, d_beta) in the compute dtype, out of place."""
+    dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
     d_alpha, d_s, d_gamma, d_beta = backward_reduce(dy, x, g, h, s, s_per_channel)
     return dx, d_alpha, d_s, d_gamma, d_beta

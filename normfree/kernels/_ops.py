@@ -39,13 +39,15 @@ BACKENDS = ("auto", "triton", "torch", "compile")
 def cpu_auto() -> str:
     """What "auto" runs on CPU tensors: ``get_settings().kernel_cpu_backend``, "torch" by default.
 
-    Decision (bench/bench_kernels_cpu.py, CPU time per fwd+bwd step, one thread, one run): at
-    the default ViT proxy's shape [64*17, 64] the step is overhead-bound and compiled saves only
-    ~0.15 ms per norm call over eager (0.63 vs 0.77 ms); with 9 norm slots that is ~1.4 ms per
-    training step, while the first call of a compiled candidate costs ~5 s per process even with
-    inductor's on-disk cache warm (10-20 s cold): more steps to pay back than a 30-60 s trial
-    runs. Compiled wins clearly only at large shapes ([128*65, 128]: 5.4 vs 10.9 ms; [4096, 768]:
-    ~10 vs ~29 ms), so eager stays the default and "compile" is the opt-in for long/large runs.
+    Decision (bench/bench_kernels_cpu.py, CPU time per fwd+bwd step, one thread, one run on the
+    shared 2-core machine): at the default ViT proxy's shape [64*17, 64] a step is overhead-bound
+    and compiled saves ~0.17 ms per norm call over eager (0.60 vs 0.77 ms), ~1.5 ms per training
+    step with 9 norm slots. The first compiled call costs ~13 s per candidate with a cold inductor
+    cache and ~4.4 s with a warm one (then every shape reuses it: dynamic shapes). In a search
+    nearly every candidate is new, so the cold figure applies: thousands of steps to pay back,
+    more than a 30-60 s trial runs. Compiled wins clearly only at large shapes ([128*65, 128]:
+    ~4.8 vs ~10.5 ms; [4096, 768]: ~11.7 vs ~31 ms), so eager stays the default and "compile"
+    is the opt-in (NORMFREE_KERNEL_CPU_BACKEND=compile) for long or large runs.
     """
     return get_settings().kernel_cpu_backend
 

@@ -1,8 +1,11 @@
-"""``normfree demo``: the main job on the embedded default.
+"""``normfree demo``: the main job on the embedded default (``make demo``).
 
-For now: build and evaluate the whole catalog (parse, exact derivative, properties, torch
-evaluation in float32 vs float64) with a progress bar, and print the table. A later issue grows
-this into the demo study; :func:`catalog_demo` is the step it keeps.
+Two steps: build and evaluate the whole catalog (parse, exact derivative, properties, torch
+evaluation in float32 vs float64; :func:`catalog_demo`), then run a small real property study end
+to end on SQLite and a local Ray (:func:`normfree.cli.study.demo_study`: horizontal shift of erf
+and tanh beside LayerNorm, two paired seeds, a short vit-digits schedule) and print its
+leaderboard and where the results are. ``--catalog-only`` stops after the first step; ``--quick``
+runs the study on the tiny smoke-test proxy instead (seconds, for CI).
 """
 
 from __future__ import annotations
@@ -70,7 +73,26 @@ def _human(result: dict[str, Any]) -> None:
 
 
 @main.command()
+@click.option("--catalog-only", is_flag=True, help="Only evaluate the catalog; train nothing.")
+@click.option("--quick", is_flag=True, help="Run the study on the tiny smoke-test proxy (seconds).")
+@click.option(
+    "--db",
+    "database_url",
+    default=None,
+    metavar="URL",
+    help="Database URL (default: NORMFREE_DATABASE_URL, else sqlite:///normfree.db).",
+)
 @json_option
-def demo(as_json: bool) -> None:
-    """Evaluate the catalog (the embedded default) and print the table."""
-    emit(catalog_demo(progress=not as_json), as_json, _human)
+def demo(catalog_only: bool, quick: bool, database_url: str | None, as_json: bool) -> None:
+    """Evaluate the catalog, then run a small real property study and print its leaderboard."""
+    result = catalog_demo(progress=not as_json)
+    if catalog_only:
+        emit(result, as_json, _human)
+        return
+    if not as_json:
+        _human(result)
+    from normfree.cli.study import demo_study, print_demo_study
+
+    overrides = {"proxy": "vit-tiny", "epochs": 1, "params": {}} if quick else {}
+    result["study"] = demo_study(database_url, as_json=as_json, **overrides)
+    emit(result, as_json, lambda r: print_demo_study(r["study"]))

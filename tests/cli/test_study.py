@@ -113,3 +113,13 @@ def test_demo_study_runs_end_to_end_and_prints_where_results_are(
     print_demo_study(out)
     text = capsys.readouterr().out
     assert "demo.db" in text and "demo-optuna.db" in text and "layernorm" in text
+
+
+def test_demo_command_evaluates_the_catalog_then_runs_a_study(tmp_path: Path, _ray: None) -> None:
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    data = _json("demo", "--quick", "--db", db)
+    assert len(data["candidates"]) == 24 and data["baselines"][0] == "layernorm"
+    study = data["study"]
+    assert study["run"]["status"] == "complete" and study["proxy"] == "vit-tiny"
+    assert study["run"]["counts"]["COMPLETE"] == 21  # 2 functions x 3 values x 3 seeds + LN x 3
+    assert study["database"].endswith("demo.db")

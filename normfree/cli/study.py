@@ -665,6 +665,18 @@ def demo_study(
     }
 
 
+def _where(url: str) -> str:
+    """A database URL for people: an SQLite file as its absolute path."""
+    from pathlib import Path
+
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and url[len(prefix) :] not in ("", ":memory:"):
+        return str(Path(url[len(prefix) :]).resolve())
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def print_demo_study(result: dict[str, Any]) -> None:
     """The demo study's human summary: leaderboard, and where its results live."""
     r = result["run"]
@@ -673,7 +685,9 @@ def print_demo_study(result: dict[str, Any]) -> None:
         f"({_counts_line(r['counts'])})"
     )
     _print_leaderboard(result["leaderboard"])
-    click.echo(f"results: {result['database']}  (Optuna: {result['optuna_storage']})")
+    click.echo(
+        f"results: {_where(result['database'])}  (Optuna: {_where(result['optuna_storage'])})"
+    )
     click.echo(
         f"see also: normfree study status {result['study_id']}  |  "
         f"normfree leaderboard --proxy {result['proxy']}  |  normfree serve"

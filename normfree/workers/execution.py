@@ -92,12 +92,7 @@ class JobOutcome:
 
 
 class TrialStore:
-    """The engine's handle on storage: the shared ``Repository`` plus Optuna's storage.
-
-    Also the two writes the engine needs that ``Repository`` does not offer (kept here, small,
-    and reported to the storage owner): handing a paused trial back without charging an attempt,
-    and marking a trial CANCELLED when its study is cancelled while it runs.
-    """
+    """The engine's handle on storage: the shared ``Repository`` plus Optuna's storage."""
 
     def __init__(
         self, database_url: str, optuna_url: str | None = None, *, max_attempts: int | None = None
@@ -146,47 +141,19 @@ class TrialStore:
         return str(study["status"])
 
     def trial_by_key(self, study_id: int, key: str) -> dict[str, Any] | None:
-        from sqlalchemy import select
-
-        from normfree.storage.models import TrialRow
-
-        with self.db.session(readonly=True) as s:
-            tid = s.scalar(
-                select(TrialRow.id).where(TrialRow.study_id == study_id, TrialRow.trial_key == key)
-            )
-        return self.repo.get_trial(tid) if tid is not None else None
-
-    def _held_update(self, trial_id: int, owner: str, attempt: int, values: dict[str, Any]) -> bool:
-        from sqlalchemy import update
-
-        from normfree.storage.models import TrialRow, utcnow
-
-        with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(
-                    TrialRow.id == trial_id,
-                    TrialRow.status == "RUNNING",
-                    TrialRow.lease_owner == owner,
-                    TrialRow.attempt == attempt,
-                )
-                .values({"lease_expires_at": None, "updated_at": utcnow(), **values})
-            )
-            return res.rowcount == 1
+        return self.repo.get_trial_by_key(study_id, key)
 
     def release(self, trial_id: int, owner: str, attempt: int) -> bool:
-        """Give a leased trial back to WAITING, uncharged (the study was paused under it)."""
-        from normfree.storage.models import TrialRow
+        """Give a leased trial back to WAITING, uncharged (the study was paused under it).
 
-        values = {"status": "WAITING", "lease_owner": None, "attempt": TrialRow.attempt - 1}
-        return self._held_update(trial_id, owner, attempt, values)
+        The attempt number stays as the lease's fencing token (a late write from the paused run
+        is still refused); storage counts the release instead, so no retry is charged.
+        """
+        return self.repo.release_lease(trial_id, owner, attempt, reason="study paused")
 
     def cancel_running(self, trial_id: int, owner: str, attempt: int) -> bool:
         """Stop a leased trial for good: CANCELLED, like the WAITING trials of its study."""
-        from normfree.storage.models import utcnow
-
-        values = {"status": "CANCELLED", "error": "study cancelled", "finished_at": utcnow()}
-        return self._held_update(trial_id, owner, attempt, values)
+        return self.repo.cancel_running(trial_id, owner, attempt)
 
 
 # One store per database URL per worker process: Ray reuses worker processes across tasks,

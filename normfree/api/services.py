@@ -758,6 +758,7 @@ STUDY_PARAMS = frozenset(
         "reduction_factor",
         "min_resource",
         "sampler_seed",
+        "untransformed_cell",
     }
 )
 
@@ -774,8 +775,11 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
     if data.kind == "property":
         if not data.transform:
             problems.append("transform: a property study needs a transform (e.g. shift_h)")
-        if not data.values:
-            problems.append("values: a property study needs transform values (e.g. [-1, 0, 1])")
+        if not data.values and not data.params.get("untransformed_cell"):
+            problems.append(
+                "values: a property study needs transform values (e.g. [-1, 0, 1]), or "
+                'params {"untransformed_cell": true} for a parameterless transform (sign_flip)'
+            )
     if data.kind == "options" and not data.options:
         problems.append("options: an options study needs at least one option with values")
     for fn in data.functions:

@@ -284,6 +284,18 @@ def test_invalid_studies_are_422(api: Api, patch: dict, needle: str) -> None:
     assert api.client.get("/api/studies").json()["count"] == 0
 
 
+def test_property_study_with_the_untransformed_cell(api: Api) -> None:
+    """The paper's parameterless cells (sign_flip, "unclipped too") travel through the API."""
+    body = {**STUDY, "transform": "sign_flip", "values": [], "params": {"untransformed_cell": True}}
+    r = api.client.post("/api/studies", json=body, headers=api.auth)
+    assert r.status_code == 201, r.text
+    assert r.json()["progress"]["total"] == 4  # 2 functions x 1 cell x 2 seeds
+    labels = {
+        cell["label"] for cell in api.client.get(f"/api/studies/{r.json()['id']}").json()["cells"]
+    }
+    assert len(labels) == 2
+
+
 def test_search_study_is_created(api: Api) -> None:
     body = {
         "kind": "search",

@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     # Ray Jobs API of a cluster (http://head:8265): set, studies are submitted there as Ray jobs
     # (one per study, idempotent by id) so the API process never drives long studies itself.
     ray_jobs_address: str | None = None
-    # Cap for the embedded object store: Ray's default takes 30% of memory, far more than trials need.
+    # Cap for the embedded object store: Ray's default (30% of memory) is far beyond trials' needs.
     ray_object_store_bytes: int = 200 * 1024 * 1024
     trial_cpus: float = 1.0
     trial_gpus: float = 0.0
@@ -65,7 +65,8 @@ class Settings(BaseSettings):
 
     # Triton's CPU interpreter (tests). Read here, exported to the process before kernels load.
     triton_interpret: bool = Field(
-        default=False, validation_alias=AliasChoices("TRITON_INTERPRET", "NORMFREE_TRITON_INTERPRET")
+        default=False,
+        validation_alias=AliasChoices("TRITON_INTERPRET", "NORMFREE_TRITON_INTERPRET"),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from normfree.specs import StudySpec, TrialConfig
+from normfree.specs import StudySpec, TrialConfig, TrialResult
 from normfree.workers.driver import create_study
 from normfree.workers.execution import TrialJob, TrialStore, run_trial_job
 from tests.workers.engine_support import engine_settings
@@ -59,7 +59,16 @@ def test_pause_hands_the_trial_back_uncharged(tmp_path: Path) -> None:
     out = run_trial_job(_job(store, leased))
     assert out.status == "WAITING" and out.stop == "paused" and out.written
     row = store.repo.get_trial(leased.id)
-    assert row["status"] == "WAITING" and row["attempt"] == 0 and row["lease_owner"] is None
+    assert row["status"] == "WAITING" and row["lease_owner"] is None
+    # Uncharged: the release is counted, the attempt number stays as the fencing token ...
+    assert row["attempt"] == 1 and row["releases"] == 1
+    # ... so after the same owner leases it again, the paused run's late write is refused.
+    store.repo.set_study_status(sid, "running")
+    again = store.repo.lease_next(sid, "me", 30.0)
+    assert again is not None and again.id == leased.id and again.attempt == 2
+    late = TrialResult(status="complete", metrics={"val_acc": 0.0}, objective="val_acc")
+    assert not store.repo.finish_trial(leased.id, "me", leased.attempt, late)
+    assert store.repo.get_trial(leased.id)["status"] == "RUNNING"
 
 
 def test_cancel_marks_the_running_trial_cancelled(tmp_path: Path) -> None:

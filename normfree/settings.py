@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     trial_gpus: float = 0.0
     # torch threads inside one trial: on 2 cores two one-thread trials beat one two-thread trial.
     trial_threads: int = 1
+    # Where a trial trains: "auto" = CUDA when the trial was given a GPU (trial_gpus > 0) and one
+    # is visible (there the Triton kernels run), else CPU; "cpu"/"cuda" force it.
+    trial_device: Literal["auto", "cpu", "cuda"] = "auto"
 
     # Leases: a RUNNING trial whose lease is not renewed for this long is considered lost.
     lease_seconds: float = 60.0

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normfree.settings import get_settings
+from normfree.settings import Settings, get_settings
 from normfree.specs import (
     BASELINES,
     EpochRecord,
@@ -330,8 +330,8 @@ class DiffusionTask:
         if split not in self._fixed:
             gen = torch.Generator().manual_seed(EVAL_SEED + len(split))
             xr, yr = x.repeat(repeats, 1, 1, 1), y.repeat(repeats)
-            t = torch.randint(0, self.diff.T, (len(yr),), generator=gen)
-            noise = torch.randn(xr.shape, generator=gen)
+            t = torch.randint(0, self.diff.T, (len(yr),), generator=gen).to(x.device)
+            noise = torch.randn(xr.shape, generator=gen).to(x.device)
             self._fixed[split] = (xr, yr, t, noise)
         return self._fixed[split]
 
@@ -363,14 +363,37 @@ class DiffusionTask:
         if self.fd_samples > 0:
             from normfree.workers.proxies.feature_clf import fd_score, metric_name
 
-            y = torch.arange(self.fd_samples) % self.num_classes
+            y = (torch.arange(self.fd_samples) % self.num_classes).to(self.x_train.device)
             samples = self.diff.sample(model, y, self.shape, self.steps, seed=EVAL_SEED)
-            fd = fd_score(self.dataset_key, (samples + 1) / 2)
+            fd = fd_score(self.dataset_key, (samples.cpu() + 1) / 2)
             out[metric_name(self.dataset_key)] = fd if math.isfinite(fd) else float("inf")
         return out, train
 
 
 TASKS = {"classify": ClassifyTask, "diffusion": DiffusionTask}
+
+
+def select_device(settings: Settings) -> torch.device:
+    """Where a trial trains (``settings.trial_device``; see Settings for the "auto" rule).
+
+    On CUDA every norm slot runs the generated Triton kernels (``backend="auto"``); data is
+    drawn on CPU generators and moved, so a seed means the same batches on every device.
+    """
+    want = settings.trial_device
+    if want == "auto":
+        want = "cuda" if settings.trial_gpus > 0 and torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ValueError("trial_device is 'cuda' but no CUDA device is visible to this worker")
+    return torch.device(want)
+
+
+def move_task(task: object, device: torch.device) -> None:
+    """Move a task's data tensors (attributes) to ``device``; a no-op on CPU."""
+    if device.type == "cpu":
+        return
+    for name, value in vars(task).items():
+        if isinstance(value, torch.Tensor):
+            setattr(task, name, value.to(device))
 
 
 # -------------------------------------------------------------------------------- trainer
@@ -381,7 +404,9 @@ def train_trial(
     t_start = time.perf_counter()
     res = resolve(config)  # ValueError for invalid configs, before any work
     p = res.preset
-    threads = get_settings().trial_threads
+    settings = get_settings()
+    threads = settings.trial_threads
+    device = select_device(settings)  # ValueError before any work, like an invalid config
     curves: list[EpochRecord] = []
     diags: list[LayerDiagnostic] = []
     status, diverged_at, error = "complete", None, None
@@ -390,8 +415,9 @@ def train_trial(
     train_time = 0.0
     with trial_context(config.seed, threads):
         try:
-            model = build_model(res)
+            model = build_model(res).to(device)
             task = TASKS[p.task](res)
+            move_task(task, device)
             gen = torch.Generator().manual_seed(config.seed)
             opt = torch.optim.AdamW(
                 param_groups(model, p.weight_decay), lr=p.lr, betas=(0.9, 0.999)
@@ -413,7 +439,7 @@ def train_trial(
                     lr = lr_at(step, total, warmup, p.lr, p.schedule)
                     for g in opt.param_groups:
                         g["lr"] = lr
-                    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                    with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
                         loss = task.loss(model, idx, gen).float()
                     opt.zero_grad(set_to_none=True)
                     loss.backward()

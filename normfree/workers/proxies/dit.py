@@ -72,7 +72,8 @@ class TimestepEmbedder(nn.Module):
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         half = self.freq_dim // 2
-        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+        steps = torch.arange(half, dtype=torch.float32, device=t.device)
+        freqs = torch.exp(-math.log(10000.0) * steps / half)
         args = t.float()[:, None] * freqs[None]  # (B, half)
         return self.mlp(torch.cat([torch.cos(args), torch.sin(args)], dim=-1))  # (B, D)
 
@@ -181,7 +182,7 @@ class Diffusion:
         self.alpha_bar = torch.cumprod(1.0 - betas, dim=0).float()  # (T,)
 
     def q_sample(self, x0: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        ab = self.alpha_bar[t].view(-1, 1, 1, 1)
+        ab = self.alpha_bar.to(t.device)[t].view(-1, 1, 1, 1)
         return ab.sqrt() * x0 + (1 - ab).sqrt() * noise
 
     def loss(
@@ -198,8 +199,9 @@ class Diffusion:
     def random_loss(
         self, model: nn.Module, x0: torch.Tensor, y: torch.Tensor, gen: torch.Generator
     ) -> torch.Tensor:
-        t = torch.randint(0, self.T, (x0.shape[0],), generator=gen)
-        noise = torch.randn(x0.shape, generator=gen)
+        # Drawn on the CPU generator (the same numbers on every device), then moved to x0's.
+        t = torch.randint(0, self.T, (x0.shape[0],), generator=gen).to(x0.device)
+        noise = torch.randn(x0.shape, generator=gen).to(x0.device)
         return self.loss(model, x0, y, t, noise)
 
     @torch.no_grad()
@@ -208,11 +210,12 @@ class Diffusion:
     ) -> torch.Tensor:
         """Deterministic DDIM (eta = 0) from fixed noise: same model, same samples."""
         gen = torch.Generator().manual_seed(seed)
-        x = torch.randn((len(y), *shape), generator=gen)
-        ts = torch.linspace(self.T - 1, 0, steps).round().long().unique_consecutive()
+        x = torch.randn((len(y), *shape), generator=gen).to(y.device)
+        ts = torch.linspace(self.T - 1, 0, steps).round().long().unique_consecutive().to(y.device)
+        alpha_bar = self.alpha_bar.to(y.device)
         for i, t in enumerate(ts):
-            ab = self.alpha_bar[t]
-            ab_prev = self.alpha_bar[ts[i + 1]] if i + 1 < len(ts) else torch.tensor(1.0)
+            ab = alpha_bar[t]
+            ab_prev = alpha_bar[ts[i + 1]] if i + 1 < len(ts) else torch.ones((), device=y.device)
             eps = model(x, t.expand(len(y)), y)
             x0 = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1, 1)
             eps = (x - ab.sqrt() * x0) / (1 - ab).sqrt()  # consistent with the clipped x0

@@ -118,6 +118,9 @@ class TrialResult(_Frozen):
     diagnostics: list[LayerDiagnostic] = Field(default_factory=list)
     eval_train_loss: float | None = None  # train-set loss in eval mode, after training
     diverged_at_step: int | None = None
+    # First step whose loss spiked (non-finite or > 2x its running EMA); None if it never did.
+    # Per-slot activation maxima over training are in the diagnostics' ``extra`` (train_*).
+    spike_step: int | None = None
     train_time_s: float = 0.0
     total_time_s: float = 0.0
     attempt: int = 1

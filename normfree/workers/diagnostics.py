@@ -12,10 +12,17 @@ Measured on one fixed batch (forward + backward with temporary hooks), once at i
 - ``branch_norm``: RMS of the residual branch the slot feeds (the proxy's ``branch_of`` map);
 - ``grad_norm``: L2 norm of d loss / d (slot input), the gradient flowing back through the slot;
   ``extra.param_grad_norm``: L2 norm of the gradient on the slot's own parameters.
+
+Why a run failed (issue 9) needs what happened BETWEEN probes: :class:`ActivationMonitor` adds
+``extra.train_absmax`` / ``train_std_max`` / ``train_out_absmax`` (maxima over the epoch's
+training steps of the slot input's magnitude and std and of its output's magnitude, plus
+``train_nonfinite`` when something overflowed), recorded even for the epoch a run diverged in;
+:func:`first_spike` finds the step the loss first spiked; :func:`stability` summarises a trial.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -64,10 +71,15 @@ def _f(t: torch.Tensor) -> float:
 
 
 def measure(
-    model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], epoch: int
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module], torch.Tensor],
+    epoch: int,
+    train_stats: dict[str, dict[str, float]] | None = None,
 ) -> list[LayerDiagnostic]:
     """Run ``loss_fn(model)`` forward and backward with hooks; return one record per slot.
 
+    ``train_stats`` (from :meth:`ActivationMonitor.take`) go into each slot's ``extra``: the
+    maxima over the epoch's training steps beside the end-of-epoch probe.
     Leaves ``.grad`` cleared (set to None) so the optimiser never sees the probe's gradients.
     """
     slots = norm_slots(model)
@@ -108,7 +120,11 @@ def measure(
     out = []
     for name, mod in slots.items():
         st = stats[name]
-        rec: dict = {"epoch": epoch, "layer": name, "extra": {}}
+        rec: dict = {
+            "epoch": epoch,
+            "layer": name,
+            "extra": dict((train_stats or {}).get(name, {})),
+        }
         for key in ("input_std", "input_absmax", "branch_norm", "grad_norm"):
             if key in st:
                 rec[key] = st[key]
@@ -130,3 +146,101 @@ def measure(
         out.append(LayerDiagnostic(**rec))
     model.zero_grad(set_to_none=True)
     return out
+
+
+# ------------------------------------------------------------- stability over training (issue 9)
+# Why a run failed is visible only DURING training: a diverged trial never reaches its next
+# per-epoch probe. ``ActivationMonitor`` keeps, per slot, running maxima over the training steps
+# of the input's largest magnitude and std and of the output's largest magnitude (what the
+# attention/MLP branch receives: bounded for LayerNorm and any bounded f, unbounded for the
+# identity). It holds device tensors only (no host syncs per step) and is read once per epoch.
+OVERFLOW = 1e30  # non-finite maxima are stored as this (JSON and PostgreSQL have no inf/NaN)
+MONITOR_KEYS = ("train_absmax", "train_std_max", "train_out_absmax")
+SPIKE_RATIO = 2.0  # a step's loss above 2x the running (EMA) loss is a spike
+SPIKE_EMA = 0.9  # EMA decay of the running loss the spike test compares against
+SPIKE_WARMUP = 10  # the first steps are the fast initial descent, not spikes
+
+
+class ActivationMonitor:
+    """Running per-slot maxima over the training steps while ``enabled``; see the section note.
+
+    Hooks stay installed for the whole trial; the trainer enables them only around the training
+    forward pass, so evaluation and the diagnostics probe do not count.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.enabled = False
+        self._max: dict[str, dict[str, torch.Tensor]] = {}
+        self._handles = [
+            mod.register_forward_hook(self._hook(name)) for name, mod in norm_slots(model).items()
+        ]
+
+    def _hook(self, name: str):
+        def hook(_mod: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+            if not self.enabled:
+                return
+            x, y = inputs[0].detach().float(), out.detach().float()
+            new = {
+                "train_absmax": x.abs().amax(),
+                "train_std_max": x.std(),
+                "train_out_absmax": y.abs().amax(),
+            }
+            cur = self._max.setdefault(name, {})
+            for k, v in new.items():
+                v = torch.nan_to_num(v, nan=math.inf)  # NaN means it blew up: count as inf
+                cur[k] = v if k not in cur else torch.maximum(cur[k], v)
+
+        return hook
+
+    def take(self) -> dict[str, dict[str, float]]:
+        """Maxima since the last call, per slot, as finite floats (overflow capped), then reset."""
+        out = {}
+        for name, cur in self._max.items():
+            vals = {k: float(v) for k, v in cur.items()}
+            rec = {k: min(v, OVERFLOW) for k, v in vals.items()}
+            if not all(math.isfinite(v) for v in vals.values()):
+                rec["train_nonfinite"] = 1.0
+            out[name] = rec
+        self._max = {}
+        return out
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+def monitor_records(stats: dict[str, dict[str, float]], epoch: int) -> list[LayerDiagnostic]:
+    """Records for an epoch the per-epoch probe never reached (it diverged): monitor maxima only."""
+    return [LayerDiagnostic(epoch=epoch, layer=name, extra=st) for name, st in stats.items()]
+
+
+def first_spike(
+    losses: list[float], ratio: float = SPIKE_RATIO, warmup: int = SPIKE_WARMUP
+) -> int | None:
+    """1-based step of the first loss spike: non-finite, or above ``ratio`` x the EMA of the
+    losses before it (after ``warmup`` steps). None when training never spiked."""
+    ema = None
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            return i + 1
+        if ema is not None and i >= warmup and loss > ratio * ema:
+            return i + 1
+        ema = loss if ema is None else SPIKE_EMA * ema + (1 - SPIKE_EMA) * loss
+    return None
+
+
+def stability(diags: list[LayerDiagnostic]) -> dict:
+    """Per slot, the largest activation magnitude / pre-norm std / output magnitude seen while
+    training (max over epochs of the monitor's maxima), and the overall maxima."""
+    per: dict[str, dict[str, float]] = {}
+    for d in diags:
+        for k in (*MONITOR_KEYS, "train_nonfinite"):
+            if k in d.extra:
+                slot = per.setdefault(d.layer, {})
+                slot[k] = max(slot.get(k, -math.inf), d.extra[k])
+    overall = {
+        k: max((s[k] for s in per.values() if k in s), default=None)
+        for k in (*MONITOR_KEYS, "train_nonfinite")
+    }
+    return {"layers": per, **{f"max_{k}": v for k, v in overall.items() if v is not None}}

@@ -6,9 +6,21 @@ Two checks on the initialised proxy (same model and data as the preset, a fixed 
    activation std entering the norm, its absmax, the residual-branch RMS and the gradient norm
    flowing back. ``std_growth`` (last slot's input std / first's) and ``grad_ratio`` (first
    slot's gradient / last's) summarise whether the signal explodes or vanishes with depth.
-2. Survival: ``PRESCREEN_STEPS`` AdamW steps at ``LR_MULTIPLIER`` x the preset's learning rate,
+2. Survival and instability: ``steps`` AdamW steps at ``lr_mult`` x the preset's learning rate,
    no warmup, on a fixed batch sequence. ``survives`` is False if the loss goes non-finite or
    exceeds ``divergence_factor`` x its initial value; ``loss_ratio`` is final/initial loss.
+   While stepping, :class:`~normfree.workers.diagnostics.ActivationMonitor` tracks every slot's
+   activations; ``out_growth`` is the largest growth of a norm's output magnitude (what attention
+   and the MLP receive) from the first step to the worst later step, ``absmax_growth`` the same
+   for its input. ``unstable`` (the instability prediction, issue 9) is True when the candidate
+   does not survive or its outputs grow more than ``OUT_GROWTH_LIMIT`` x: a bounded f cannot
+   grow its output past |gamma| + |beta|, so a large growth means nothing is containing the
+   stream.
+
+Defaults (``PRESCREEN_STEPS`` steps at ``LR_MULTIPLIER`` x, batch ``BATCH``) suit the default
+presets, whose lr is moderate; a stress preset, whose lr is already the aggressive one, sets
+``prescreen_steps`` / ``prescreen_lr_mult`` / ``prescreen_batch`` in its ``extra`` so the
+prescreen takes the steps its trial will take.
 
 Deterministic: a fixed seed, forked RNG, the trial thread count (only ``seconds`` varies).
 Returns a JSON-friendly dict; ``ok`` is False when the operator could not run (with ``error``)
@@ -38,14 +50,29 @@ from normfree.workers.trainer import (
 PRESCREEN_STEPS = 20  # enough for an unstable operator to blow up at a high lr
 LR_MULTIPLIER = 5.0  # "high": five times the preset's peak learning rate, with no warmup
 BATCH = 128
+OUT_GROWTH_LIMIT = 20.0  # norm-output growth (max over slots) above which we predict instability
+
+
+def _growth(first: dict[str, dict[str, float]], later: dict[str, dict[str, float]], key: str):
+    """Largest per-slot ratio later[key] / first[key] (None when nothing was measured)."""
+    ratios = [
+        later[s][key] / first[s][key]
+        for s in first
+        if s in later and key in first[s] and first[s][key] > 0
+    ]
+    return max(ratios) if ratios else None
 
 
 def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) -> dict[str, Any]:
-    """Signal propagation and high-lr survival of ``norm`` in ``proxy``; see the module doc."""
+    """Signal propagation, high-lr survival and instability of ``norm`` in ``proxy``."""
     spec = parse_norm(norm) if isinstance(norm, str) else norm
     t0 = time.perf_counter()
     res = resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed))
     p = res.preset
+    steps = int(p.extra.get("prescreen_steps", PRESCREEN_STEPS))
+    lr = p.lr * float(p.extra.get("prescreen_lr_mult", LR_MULTIPLIER))
+    batch = int(p.extra.get("prescreen_batch", BATCH))
+    bf16 = p.precision == "bf16"
     out: dict[str, Any] = {"proxy": proxy, "norm": res.norm.model_dump(), "seed": seed}
     with trial_context(seed, get_settings().trial_threads):
         try:
@@ -53,7 +80,7 @@ def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) ->
             task = TASKS[p.task](res)
             layers = diagnostics.measure(model, task.diag_loss, epoch=0)
         except Exception as exc:  # the operator cannot even run: the clearest possible verdict
-            return {**out, "ok": False, "survives": False, "error": str(exc)}
+            return {**out, "ok": False, "survives": False, "unstable": True, "error": str(exc)}
         out["layers"] = [
             d.model_dump(include={"layer", "input_std", "input_absmax", "branch_norm", "grad_norm"})
             for d in layers
@@ -64,35 +91,52 @@ def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) ->
         out["grad_ratio"] = grads[0] / grads[-1] if len(grads) > 1 and grads[-1] > 0 else None
         finite = all(math.isfinite(v) for d in layers for v in (d.input_std or 0, d.grad_norm or 0))
 
-        # survival: a few aggressive steps
-        opt = torch.optim.AdamW(param_groups(model, p.weight_decay), lr=p.lr * LR_MULTIPLIER)
+        # survival and instability: a few aggressive steps, activations monitored
+        opt = torch.optim.AdamW(param_groups(model, p.weight_decay), lr=lr)
         gen = torch.Generator().manual_seed(seed)
         n = len(task.y_train)
         losses = []
+        monitor = diagnostics.ActivationMonitor(model)
+        first: dict[str, dict[str, float]] = {}
         model.train()
-        for _ in range(PRESCREEN_STEPS):
-            idx = torch.randint(0, n, (min(BATCH, n),), generator=gen)
-            loss = task.loss(model, idx, gen)
-            losses.append(float(loss.detach()))
-            if not math.isfinite(losses[-1]):
-                break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        try:
+            for i in range(steps):
+                idx = torch.randint(0, n, (min(batch, n),), generator=gen)
+                monitor.enabled = True
+                with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                    loss = task.loss(model, idx, gen).float()
+                monitor.enabled = False
+                if i == 0:
+                    first = monitor.take()
+                losses.append(float(loss.detach()))
+                if not math.isfinite(losses[-1]):
+                    break
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            later = monitor.take()
+        finally:
+            monitor.close()
         initial, final = losses[0], losses[-1]
         survives = (
             finite
             and all(math.isfinite(v) for v in losses)
             and max(losses) <= p.divergence_factor * initial
         )
+        out_growth = _growth(first, later, "train_out_absmax")
+        absmax_growth = _growth(first, later, "train_absmax")
+        unstable = not survives or (out_growth is not None and out_growth > OUT_GROWTH_LIMIT)
     out.update(
         ok=bool(survives),  # False: could not run, or flagged (the API's reading of "ok")
         survives=bool(survives),
+        unstable=bool(unstable),
+        out_growth=out_growth,
+        absmax_growth=absmax_growth,
         initial_loss=initial,
         final_loss=final if math.isfinite(final) else None,
         loss_ratio=final / initial if math.isfinite(final) and initial > 0 else None,
         steps=len(losses),
-        lr=p.lr * LR_MULTIPLIER,
+        lr=lr,
         seconds=time.perf_counter() - t0,
     )
     return out

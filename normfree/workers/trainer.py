@@ -410,6 +410,7 @@ def train_trial(
     curves: list[EpochRecord] = []
     diags: list[LayerDiagnostic] = []
     status, diverged_at, error = "complete", None, None
+    spike_step: int | None = None
     metrics: dict[str, float] = {}
     eval_train_loss = None
     train_time = 0.0
@@ -427,6 +428,10 @@ def train_trial(
             total = p.epochs * len(batches)
             warmup = round(p.warmup_epochs * len(batches))
             diags += diagnostics.measure(model, task.diag_loss, epoch=0)
+            # per-slot maxima over the training steps (issue 9): enabled only around the
+            # training forward, read once per epoch, so probes and evaluation do not count
+            monitor = diagnostics.ActivationMonitor(model)
+            loss_hist: list[torch.Tensor] = []  # per-step losses, for the first-spike step
             step, threshold = 0, math.inf
             bf16 = p.precision == "bf16"
             for epoch in range(1, p.epochs + 1):
@@ -439,8 +444,10 @@ def train_trial(
                     lr = lr_at(step, total, warmup, p.lr, p.schedule)
                     for g in opt.param_groups:
                         g["lr"] = lr
+                    monitor.enabled = True
                     with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
                         loss = task.loss(model, idx, gen).float()
+                    monitor.enabled = False
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     if p.grad_clip > 0:
@@ -462,14 +469,17 @@ def train_trial(
                             break
                         checked = i + 1
                 train_time += time.perf_counter() - t0
+                loss_hist.append(losses[: i + 1].clone())
                 if diverged_at is not None:
                     status = "diverged"
+                    diags += diagnostics.monitor_records(monitor.take(), epoch)
                     break
                 train_loss = float(losses.mean())
                 model.eval()  # no dropout or batch statistics today; stays right if added
                 val = task.evaluate(model)
                 if not all(math.isfinite(v) for v in val.values()):
                     status, diverged_at = "diverged", step
+                    diags += diagnostics.monitor_records(monitor.take(), epoch)
                     break
                 rec = EpochRecord(
                     epoch=epoch,
@@ -481,11 +491,15 @@ def train_trial(
                     wall_time_s=time.perf_counter() - t_start,
                 )
                 curves.append(rec)
-                diags += diagnostics.measure(model, task.diag_loss, epoch=epoch)
+                diags += diagnostics.measure(
+                    model, task.diag_loss, epoch=epoch, train_stats=monitor.take()
+                )
                 if report is not None and report(rec):
                     status = "pruned"
                     metrics = {**val, "train_loss": train_loss}
                     break
+            monitor.close()
+            spike_step = diagnostics.first_spike(torch.cat(loss_hist).tolist())
             if status == "complete":
                 model.eval()
                 final, eval_train_loss = task.final(model)
@@ -505,6 +519,7 @@ def train_trial(
         diagnostics=diags,
         eval_train_loss=eval_train_loss,
         diverged_at_step=diverged_at,
+        spike_step=spike_step,
         train_time_s=train_time,
         total_time_s=time.perf_counter() - t_start,
         error=error,

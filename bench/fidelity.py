@@ -103,12 +103,13 @@ def bar_check(rows: list[dict], direction: str) -> dict:
     stds = [statistics.stdev(v) for v in (ln, ident) if len(v) > 1]
     pooled = math.sqrt(statistics.fmean(s * s for s in stds)) if stds else None
     ln_mean = statistics.fmean(ln) if ln else None
-    fails = 0
+    fails, gaps = 0, []
     for r in by.get("identity", []):
         if r["status"] == "diverged":
             fails += 1
-        elif r["status"] == "complete" and ln_mean is not None and pooled is not None:
-            fails += sign * (ln_mean - r["value"]) >= BAR_SIGMAS * pooled
+        elif r["status"] == "complete" and ln_mean is not None and pooled:
+            gaps.append(sign * (ln_mean - r["value"]) / pooled)  # in pooled seed stds
+            fails += gaps[-1] >= BAR_SIGMAS
     normal = {
         f: sum(r["status"] == "complete" for r in by.get(f, [])) == len(by.get(f, [])) > 0
         for f in ("layernorm", "erf")
@@ -118,6 +119,7 @@ def bar_check(rows: list[dict], direction: str) -> dict:
         "identity_failed_seeds": fails,
         "identity_seeds": n_id,
         "pooled_seed_std": pooled,
+        "completed_identity_gaps_in_std": gaps,
         "layernorm_and_erf_complete": normal,
         "passes": n_id > 0 and fails == n_id and all(normal.values()),
     }
@@ -143,13 +145,19 @@ def prescreen_agreement(rows: list[dict]) -> dict:
     }
 
 
+def spike_of(r: dict) -> int | None:
+    """The first spike step; a divergence counts as one (rows written before the trainer did)."""
+    steps = [s for s in (r.get("spike_step"), r.get("diverged_at_step")) if s is not None]
+    return min(steps) if steps else None
+
+
 def table(rows: list[dict], functions: list[str]) -> list[dict]:
     base = {t["function"]: t for t in summarise(rows, functions)["table"]}
     out = []
     for f in functions:
         rs = [r for r in rows if r["function"] == f]
         vals = [r["value"] for r in rs if r["status"] == "complete" and r["value"] is not None]
-        spikes = [r["spike_step"] for r in rs if r.get("spike_step") is not None]
+        spikes = [s for s in map(spike_of, rs) if s is not None]
         outmax = [r["stability"].get("max_train_out_absmax") for r in rs]
         outmax = [v for v in outmax if v is not None]
         out.append(
@@ -201,7 +209,9 @@ def markdown(rows_t: list[dict], head: dict, cmd: str) -> str:
         f"- bar (identity fails every seed; LayerNorm and erf complete every seed): "
         f"**{'PASS' if bar['passes'] else 'FAIL'}** — identity failed "
         f"{bar['identity_failed_seeds']}/{bar['identity_seeds']} seeds; pooled seed std "
-        f"{f(bar['pooled_seed_std'])}; complete: {bar['layernorm_and_erf_complete']}",
+        f"{f(bar['pooled_seed_std'])}; completed identity seeds end "
+        f"{[round(x, 1) for x in bar['completed_identity_gaps_in_std']]} pooled stds worse than "
+        f"LayerNorm; complete every seed: {bar['layernorm_and_erf_complete']}",
         f"- prescreen 'unstable' vs trial 'diverged': {ag['agree']}/{ag['trials']} agree "
         f"(rate {f(ag['rate'], 2)}; {ag['true_unstable']} caught, {ag['false_alarm']} false "
         f"alarms, {ag['missed']} missed)",

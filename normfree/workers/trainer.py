@@ -500,6 +500,8 @@ def train_trial(
                     break
             monitor.close()
             spike_step = diagnostics.first_spike(torch.cat(loss_hist).tolist())
+            if diverged_at is not None and (spike_step is None or spike_step > diverged_at):
+                spike_step = diverged_at  # a divergence is a spike, even in the first steps
             if status == "complete":
                 model.eval()
                 final, eval_train_loss = task.final(model)

@@ -81,6 +81,10 @@ def create_study(
     planned = sch.plan_grid(spec) if spec.kind in ("property", "options") else []
     if spec.kind == "search":
         sch.search_distributions(spec)  # validates the candidate list early
+    elif spec.kind == "generate":
+        from normfree.workers.generate import validate_spec
+
+        validate_spec(spec)  # its generations are planned by the driver as results arrive
     elif spec.kind not in ("property", "options"):
         raise ValueError(f"study kind {spec.kind!r} is not run by this driver")
     study_id = store.repo.create_study(spec)
@@ -144,6 +148,7 @@ class StudyDriver:
         self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (trial id, attempt)
         self._extra_planned = False
         self._numbers: dict[int, int | None] = {}  # trial id -> Optuna number (for tell)
+        self._generator: Any = None  # generate studies: workers.generate.GenerativePlanner
 
     # ---------------------------------------------------------------- Optuna bookkeeping
 
@@ -233,10 +238,21 @@ class StudyDriver:
         self.store.repo.add_trials(self.study_id, [(p.config, p.axis_values) for p in planned])
         return self.store.repo.study_progress(self.study_id)["total"] - before
 
+    def _next_generation(self) -> bool:
+        """Generate studies: plan the next generation once nothing of the study is in flight
+        (its parents need their results). False: nothing added now, or no generation left."""
+        if self._inflight:
+            return False
+        if self._generator is None:
+            from normfree.workers.generate import GenerativePlanner
+
+            self._generator = GenerativePlanner(self.spec, self.study_id, self.store, self.optuna)
+        return self._generator.next_generation() > 0
+
     # ---------------------------------------------------------------- the loop
 
     def _job(self, leased: LeasedTrial) -> TrialJob:
-        prune = self.spec.kind == "search" and self.spec.pruner != "none"
+        prune = self.spec.kind in ("search", "generate") and self.spec.pruner != "none"
         number = leased.optuna_number
         if self.spec.kind != "search":
             number = self._grid_number(leased)
@@ -334,6 +350,8 @@ class StudyDriver:
                         self.study_id, self.owner, self.settings.lease_seconds
                     )
                     if leased is None and self.spec.kind == "search" and self._ask_search():
+                        continue
+                    if leased is None and self.spec.kind == "generate" and self._next_generation():
                         continue
                     if leased is None:
                         break

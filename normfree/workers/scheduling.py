@@ -311,7 +311,7 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
     hyperband runs several such brackets with different starting rungs; median stops a trial
     below the median of earlier trials at the same epoch. Grid studies never prune.
     """
-    if spec.kind != "search" or spec.pruner == "none":
+    if spec.kind not in ("search", "generate") or spec.pruner == "none":
         return optuna.pruners.NopPruner()
     rf = int(spec.params.get("reduction_factor", 3))
     budget = spec.epochs

@@ -146,6 +146,10 @@ def _create_and_maybe_run(
             click.echo(f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials")
         out["run"] = _run_driver(study_id, settings, as_json, parallel)
         out["leaderboard"] = _board(store, spec.proxy, study_id=study_id)
+        if spec.kind == "generate":
+            from normfree.workers.generate import study_report
+
+            out["generate"] = study_report(store, study_id)
 
     def human(r: dict[str, Any]) -> None:
         if detach:
@@ -159,6 +163,10 @@ def _create_and_maybe_run(
             f"({_counts_line(r['run']['counts'])})"
         )
         _print_leaderboard(r["leaderboard"])
+        if "generate" in r:
+            from normfree.workers.generate import print_report
+
+            print_report(r["generate"])
 
     emit(out, as_json, human)
 
@@ -384,6 +392,86 @@ def study_search(
         pruner=pruner,  # type: ignore[arg-type]
         n_trials=n_trials,
         extra_seeds_for_top=extra_seeds,
+        params=_params(lr, **extra),
+    )
+    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
+
+
+@study.command("generate")
+@click.option("--generations", type=int, default=3, show_default=True, help="Evolution rounds.")
+@click.option(
+    "--population", type=int, default=8, show_default=True, help="Aging window; generation 0."
+)
+@click.option("--children", type=int, default=None, help="Trained per round (default P/2).")
+@click.option("--tournament", type=int, default=3, show_default=True)
+@click.option("--p-crossover", type=float, default=0.25, show_default=True)
+@click.option(
+    "--constraints", default=None, help='Property constraints, e.g. "bounded and monotone".'
+)
+@click.option("--functions", default=None, help="Seed generation 0 with these catalog functions.")
+@click.option("--baselines", default="layernorm", show_default=True)
+@click.option("--max-size", type=int, default=24, show_default=True, help="sympy nodes per tree.")
+@click.option("--max-depth", type=int, default=6, show_default=True)
+@click.option("--max-prescreen", type=int, default=None, help="Prescreens per generation.")
+@click.option("--no-prescreen", is_flag=True, help="Rank survivors by proposal order instead.")
+@click.option(
+    "--pruner",
+    type=click.Choice(["none", "sha", "hyperband", "median"]),
+    default="none",
+    show_default=True,
+)
+@click.option("--sampler-seed", type=int, default=0, show_default=True)
+@_common
+def study_generate(
+    generations: int,
+    population: int,
+    children: int | None,
+    tournament: int,
+    p_crossover: float,
+    constraints: str | None,
+    functions: str | None,
+    baselines: str,
+    max_size: int,
+    max_depth: int,
+    max_prescreen: int | None,
+    no_prescreen: bool,
+    pruner: str,
+    sampler_seed: int,
+    proxy: str,
+    seeds: int,
+    epochs: int | None,
+    name: str | None,
+    lr: float | None,
+    parallel: int | None,
+    detach: bool,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """Evolve new functions from the expression grammar; only filtered survivors are trained."""
+    from normfree.specs import StudySpec
+
+    extra: dict[str, Any] = {
+        "generations": generations,
+        "population": population,
+        "children": children,
+        "tournament": tournament,
+        "p_crossover": p_crossover,
+        "constraints": constraints,
+        "max_size": max_size,
+        "max_depth": max_depth,
+        "max_prescreen": max_prescreen,
+        "prescreen": not no_prescreen,
+        "sampler_seed": sampler_seed,
+    }
+    spec = StudySpec(
+        kind="generate",
+        name=name,
+        proxy=proxy,
+        seeds=seeds,
+        functions=_split(functions),
+        baselines=_split(baselines),
+        epochs=epochs,
+        pruner=pruner,  # type: ignore[arg-type]
         params=_params(lr, **extra),
     )
     _create_and_maybe_run(spec, database_url, detach, as_json, parallel)

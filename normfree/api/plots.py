@@ -331,3 +331,37 @@ def layers_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
     epoch = max((d["epoch"] for d in last.values()), default=0)
     fig.update_layout(title=f"per-layer parameters at epoch {epoch}", showlegend=False, **_LAYOUT)
     return fig
+
+
+def importance_figure(importance: dict[str, Any] | None) -> go.Figure:
+    """Which properties predicted good results in a study: Spearman rho per property with its
+    95% bootstrap interval (``workers.importance``), strongest first; constant ones left out."""
+    feats = [f for f in (importance or {}).get("features", []) if _finite(f.get("rho"))]
+    names = [f["name"] for f in feats]
+    rho = [f["rho"] for f in feats]
+    hi = [f["ci_high"] - f["rho"] if _finite(f.get("ci_high")) else 0.0 for f in feats]
+    lo = [f["rho"] - f["ci_low"] if _finite(f.get("ci_low")) else 0.0 for f in feats]
+    colors = ["#2ca02c" if r > 0 else DIVERGED_COLOR for r in rho]
+    fig = go.Figure(
+        go.Bar(
+            x=rho,
+            y=names,
+            orientation="h",
+            marker={"color": colors},
+            error_x={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
+            hovertemplate="%{y}: rho %{x:.2f}<extra></extra>",
+            name="Spearman rho",
+        )
+    )
+    layout = dict(_LAYOUT)
+    layout["height"] = max(260, 30 * len(feats) + 120)
+    n = (importance or {}).get("n_candidates", 0)
+    note = (importance or {}).get("note")
+    fig.update_layout(
+        title=f"property importance over {n} candidates" + (f" ({note})" if note else ""),
+        xaxis={"title": "Spearman rho with the result (95% bootstrap CI)", "range": [-1, 1]},
+        yaxis={"autorange": "reversed"},
+        showlegend=False,
+        **layout,
+    )
+    return fig

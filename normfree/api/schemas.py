@@ -137,9 +137,11 @@ class LeaderboardPublic(_Out):
 class StudyCreate(_In):
     """A study, with the same options as ``normfree study property|options|search``."""
 
-    kind: Literal["property", "options", "search"] = Field(
+    kind: Literal["property", "options", "search", "generate"] = Field(
         description="property: functions x transform values x seeds; options: functions x "
-        "option values x seeds; search: a sampler picks among functions, with pruning."
+        "option values x seeds; search: a sampler picks among functions, with pruning; "
+        "generate: new functions evolved from the expression grammar (params: generations, "
+        "population, children, constraints, ...)."
     )
     name: str | None = Field(default=None, max_length=200)
     proxy: str = Field(max_length=100, examples=["vit-tiny"])
@@ -245,6 +247,11 @@ class StudyDetail(StudyPublic):
     direction: Literal["maximize", "minimize"] = "maximize"
     cells: list[StudyCell] = Field(default_factory=list)
     trials: list[TrialSummary] = Field(default_factory=list)
+    generate: dict[str, Any] | None = Field(
+        default=None,
+        description="generate studies: proposals per generation and why they were rejected, "
+        "lineage of the trained, trial-seconds avoided, and property importance.",
+    )
 
 
 class StudyList(_Out):

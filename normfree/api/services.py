@@ -758,6 +758,19 @@ STUDY_PARAMS = frozenset(
         "reduction_factor",
         "min_resource",
         "sampler_seed",
+        # generate studies (workers.generate.GenerateOptions)
+        "generations",
+        "population",
+        "children",
+        "tournament",
+        "p_crossover",
+        "constraints",
+        "max_size",
+        "max_depth",
+        "max_proposals",
+        "max_prescreen",
+        "prescreen",
+        "alpha0",
         "untransformed_cell",
     }
 )
@@ -807,6 +820,19 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
     n_cells = max(1, len(data.functions)) * max(1, len(data.values))
     for vals in data.options.values():
         n_cells *= len(vals)
+    if data.kind == "generate" and (data.transform or data.values or data.options):
+        problems.append(
+            "kind: a generate study takes no transform, values or options "
+            "(they belong to property and options studies)"
+        )
+    if data.kind == "generate" and not problems:
+        from normfree.workers.generate import validate_spec
+
+        try:
+            opts = validate_spec(StudySpec.model_validate(data.model_dump()))
+            n_cells = opts.population + opts.generations * opts.n_children(1)
+        except (ValueError, KeyError) as exc:
+            problems.append(f"params: {exc}")
     if n_cells * data.seeds > 2000:
         problems.append(f"the study has {n_cells * data.seeds} trials; the API's limit is 2000")
     if problems:
@@ -893,6 +919,25 @@ def _cells(
     return cells, objective, direction
 
 
+@lru_cache(maxsize=4)
+def _optuna_storage(url: str) -> Any:
+    import optuna
+
+    return optuna.storages.RDBStorage(url)
+
+
+def _generate_report(state: ServiceState, study_id: int) -> dict[str, Any]:
+    """A generate study's report (workers.generate.study_report), non-finite values cleaned."""
+    from types import SimpleNamespace
+
+    from normfree.storage import optuna_storage_url
+    from normfree.workers.generate import study_report
+
+    url = optuna_storage_url(state.settings)
+    store = SimpleNamespace(repo=state.repo, optuna_storage=lambda: _optuna_storage(url))
+    return clean(study_report(store, study_id))
+
+
 def get_study(state: ServiceState, study_id: int) -> S.StudyDetail:
     row = state.repo.get_study(study_id)
     if row is None:
@@ -911,6 +956,7 @@ def get_study(state: ServiceState, study_id: int) -> S.StudyDetail:
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
+        generate=_generate_report(state, study_id) if row["kind"] == "generate" else None,
         cells=cells,
         trials=[
             S.TrialSummary(

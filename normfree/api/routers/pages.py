@@ -161,9 +161,21 @@ def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdP
     """A study's picture (metric vs transform value per base function), cells and progress."""
     detail = services.get_study(state, study_id)
     figure = plots.to_div(_study_figure(detail), "study-figure")
+    importance = None
+    if detail.generate is not None:
+        fig = plots.importance_figure(detail.generate.get("importance"))
+        importance = plots.to_div(fig, "importance-figure")
     live = detail.status in ("pending", "running", "paused")
     error = state.runner.errors.get(study_id) if state.runner else None
-    return _render(request, "study.html", study=detail, figure=figure, live=live, error=error)
+    return _render(
+        request,
+        "study.html",
+        study=detail,
+        figure=figure,
+        importance=importance,
+        live=live,
+        error=error,
+    )
 
 
 @router.get("/studies/{study_id}/figure.json", name="page_study_figure")

@@ -97,3 +97,11 @@ def test_features_of_real_catalog_properties(name: str) -> None:
     for c in (catalog.get("erf"), catalog.get("logsign"), catalog.get("sin")):
         value = features_of(c.properties.model_dump(mode="json"))[name]
         assert np.isfinite(value), (c.name, name)
+
+
+def test_small_studies_get_honest_intervals() -> None:
+    """Five candidates cannot establish a property's effect, however tidy the ranks look."""
+    rows, props = _study(n=5, seeds=1)
+    feats = {f["name"]: f for f in property_importance(rows, props, n_boot=200)["features"]}
+    b = feats["bounded"]
+    assert b["rho"] > 0.5 and b["ci_low"] < 0 < b["ci_high"] and not b["significant"]

@@ -357,9 +357,12 @@ def importance_figure(importance: dict[str, Any] | None) -> go.Figure:
     layout["height"] = max(260, 30 * len(feats) + 120)
     n = (importance or {}).get("n_candidates", 0)
     note = (importance or {}).get("note")
+    constant = [f["name"] for f in (importance or {}).get("features", []) if f.get("constant")]
+    if constant and not note:
+        note = "constant here: " + ", ".join(constant)
     fig.update_layout(
         title=f"property importance over {n} candidates" + (f" ({note})" if note else ""),
-        xaxis={"title": "Spearman rho with the result (95% bootstrap CI)", "range": [-1, 1]},
+        xaxis={"title": "Spearman rho with the result (95% CI)", "range": [-1, 1]},
         yaxis={"autorange": "reversed"},
         showlegend=False,
         **layout,

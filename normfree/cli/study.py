@@ -496,10 +496,16 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     found = _study_or_fail(store, study_id, as_json)
     out = _run_driver(study_id, settings, as_json, parallel)
     out["leaderboard"] = _board(store, found["proxy"], study_id=study_id)
+    if found["kind"] == "generate":
+        from normfree.workers.generate import print_report, study_report
+
+        out["generate"] = study_report(store, study_id)
 
     def human(r: dict[str, Any]) -> None:
         click.echo(f"study {study_id}: {r['status']} ({_counts_line(r['counts'])})")
         _print_leaderboard(r["leaderboard"])
+        if "generate" in r:
+            print_report(r["generate"])
 
     emit(out, as_json, human)
 

@@ -274,7 +274,9 @@ def main() -> None:
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
     rows = [r for r in rows if r["function"] in functions and r["seed"] < args.seeds]
-    cmd = "python " + " ".join(["bench/fidelity.py", *sys.argv[1:]])
+    # the command that reproduces the rows (a --summarise-only rewrite keeps the original)
+    argv = [a for a in sys.argv[1:] if a not in ("--summarise-only", "--resume")]
+    cmd = "python " + " ".join(["bench/fidelity.py", *argv])
     head = {
         "proxy": args.proxy,
         "objective": preset.objective,

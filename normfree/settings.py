@@ -47,10 +47,13 @@ class Settings(BaseSettings):
 
     # Generated Triton/torch kernels are written here, keyed by canonical form and dtype.
     kernel_cache: Path = Path.home() / ".cache" / "normfree" / "kernels"
-    # What backend="auto" runs on CPU tensors: "torch" (generated code, eager: no start-up cost)
-    # or "compile" (the same code fused by torch.compile: ~3x faster per step, ~10-20 s to
+    # What backend="auto" runs on CPU tensors: "native" (generated C built by the C compiler
+    # below, ~0.5 s once per candidate and machine, the fastest), "torch" (generated torch code,
+    # eager: no compiler needed) or "compile" (the torch code fused by torch.compile: ~10-20 s to
     # compile per candidate and process). See README: kernels.
-    kernel_cpu_backend: Literal["torch", "compile"] = "torch"
+    kernel_cpu_backend: Literal["native", "torch", "compile"] = "native"
+    # C compiler of the native CPU path (gcc or clang; a missing one falls back to "torch").
+    kernel_cc: str = "cc"
     # Where user datasets (.npz or image folders) are looked up by name.
     data_dir: Path = Path("data")
 

@@ -1,6 +1,6 @@
 """Module sources generated from one expression and its derivative.
 
-Two sources per candidate, both from the same ``(f, f')`` pair through :func:`cse_lines`:
+Three sources per candidate, all from the same ``(f, f')`` pair through :func:`cse_lines`:
 
 - torch: ``f(u)`` and ``f_and_df(u)`` over tensors; the operator math around them (``alpha*x+s``,
   the affine, the reductions) is ordinary code in :mod:`normfree.kernels._torch_ops`.
@@ -18,6 +18,12 @@ Kernel rules (grid, reduction, dtype), stated once:
   gradients in registers. It stores them to ``[P, D]`` buffers, and the host finishes the sums:
   deterministic, no atomics. ``f`` and ``f'`` are recomputed from x (nothing but x is saved).
 - Offsets are int64 (M * D may exceed 2^31).
+- C (the native CPU path, :mod:`normfree.kernels._native`): ``nf_f`` / ``nf_f_df`` as inline C
+  functions and the two loops of :data:`C_KERNELS`, over a contiguous fp32 ``[M, D]`` row range
+  so the host can split rows across threads. ``s``, ``gamma``, ``beta`` always arrive as ``[D]``
+  arrays (the host expands a scalar ``s`` and fills 1/0 for a missing affine): one loop body for
+  every option, at the cost of one multiply-add. Backward writes dx and accumulates per-channel
+  partials of d_s, d_gamma, d_beta and a double d_alpha into per-thread buffers.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 
 import sympy
 
-from normfree.kernels._printers import TorchPrinter, TritonPrinter, cse_lines
+from normfree.kernels._printers import CPrinter, TorchPrinter, TritonPrinter, c_helpers, cse_lines
 
 # Part of every cache key: the manual version, plus a digest of the generator's own source
 # (printers and templates), so an edited generator never reuses files written by an older one.
@@ -193,4 +199,95 @@ def triton_source(
         + FWD_KERNEL
         + "\n"
         + BWD_KERNEL
+    )
+
+
+C_PRELUDE = """
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__)
+/* glibc's libmvec vector variants (linked with -lmvec): lets gcc vectorise these calls */
+float logf(float) __attribute__((simd("notinbranch")));
+float sinf(float) __attribute__((simd("notinbranch")));
+float cosf(float) __attribute__((simd("notinbranch")));
+#endif
+"""
+
+C_KERNELS = """
+/* y = gamma * f(alpha * x + s) + beta over rows [r0, r1) of a contiguous [M, D] fp32 array */
+void nf_forward(const float* restrict x, float* restrict y, int64_t r0, int64_t r1, int64_t D,
+                float alpha, const float* restrict s, const float* restrict gamma,
+                const float* restrict beta) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const float* restrict xr = x + r * D;
+        float* restrict yr = y + r * D;
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) {
+            float u = alpha * xr[d] + s[d];
+            yr[d] = gamma[d] * nf_f(u) + beta[d];
+        }
+    }
+}
+
+/* dx over rows [r0, r1), and this range's partial sums: per channel d_s, d_gamma, d_beta
+   (added into p_ds, p_dgamma, p_dbeta) and d_alpha (added into *p_dalpha, in double). */
+void nf_backward(const float* restrict dy, const float* restrict x, float* restrict dx,
+                 int64_t r0, int64_t r1, int64_t D, float alpha, const float* restrict s,
+                 const float* restrict gamma, float* restrict p_ds, float* restrict p_dgamma,
+                 float* restrict p_dbeta, double* restrict p_dalpha) {
+    double dalpha = 0.0;
+    for (int64_t r = r0; r < r1; ++r) {
+        const float* restrict xr = x + r * D;
+        const float* restrict dyr = dy + r * D;
+        float* restrict dxr = dx + r * D;
+        float row = 0.0f;
+#pragma omp simd reduction(+:row)
+        for (int64_t d = 0; d < D; ++d) {
+            float xv = xr[d];
+            float u = alpha * xv + s[d];
+            float fu, dfu;
+            nf_f_df(u, &fu, &dfu);
+            float g = dyr[d];
+            float t = g * gamma[d] * dfu; /* dL/du */
+            dxr[d] = t * alpha;
+            row += t * xv;
+            p_ds[d] += t;
+            p_dgamma[d] += g * fu;
+            p_dbeta[d] += g;
+        }
+        dalpha += (double)row;
+    }
+    *p_dalpha += dalpha;
+}
+"""
+
+
+def _c_function(printer: CPrinter, outputs: dict[str, sympy.Expr]) -> str:
+    lines, printed = cse_lines(printer, outputs, "    const float ", "    const int ")
+    lines = [line + ";" for line in lines]
+    if len(outputs) == 1:
+        body = "\n".join([*lines, f"    return {printed['f']};"])
+        return f"static inline float nf_f(float u) {{\n{body}\n}}\n"
+    body = "\n".join([*lines, f"    *f_out = {printed['f']};", f"    *df_out = {printed['df']};"])
+    return (
+        "static inline void nf_f_df(float u, float* restrict f_out, float* restrict df_out) {\n"
+        f"{body}\n}}\n"
+    )
+
+
+def c_source(expr: sympy.Expr, derivative: sympy.Expr, variable: sympy.Symbol, canonical: str):
+    """C99 source of the native CPU kernels (``nf_forward``, ``nf_backward``)."""
+    printer = CPrinter(variable)
+    header = _header("C kernels", canonical, expr, derivative)
+    comment = "/* " + header.strip().strip('"').replace("*/", "* /") + " */\n"
+    return (
+        comment
+        + C_PRELUDE
+        + c_helpers()
+        + "\n"
+        + _c_function(printer, {"f": expr})
+        + "\n"
+        + _c_function(printer, {"f": expr, "df": derivative})
+        + C_KERNELS
     )

@@ -5,9 +5,10 @@ Layering (Liger style): generated ``_fwd_kernel``/``_bwd_kernel`` (Triton) or ge
 :class:`PointwiseNormFunction` -> :class:`normfree.kernels.PointwiseNorm` -> :func:`pointwise_norm`.
 
 Backends: ``"triton"`` (generated Triton; CUDA tensors, or CPU tensors under
-``TRITON_INTERPRET=1``), ``"torch"`` (generated torch code, eager), ``"compile"`` (the same
-torch code fused by ``torch.compile``) and ``"auto"``: Triton on CUDA, and on CPU the torch
-path selected by :func:`cpu_auto` (see its docstring for the measurement behind it).
+``TRITON_INTERPRET=1``), ``"native"`` (generated C, CPU: :mod:`._native`), ``"torch"``
+(generated torch code, eager), ``"compile"`` (the same torch code fused by ``torch.compile``)
+and ``"auto"``: Triton on CUDA, and on CPU the path selected by :func:`cpu_auto` (see its
+docstring for the measurement behind it).
 
 ``import normfree.kernels`` does not import triton: Triton decides at *its* import whether
 ``@triton.jit`` makes interpreter objects (``TRITON_INTERPRET``), so importing it early from a
@@ -27,13 +28,13 @@ import sympy
 import torch
 from torch import Tensor
 
-from normfree.kernels import _torch_ops
+from normfree.kernels import _native, _torch_ops
 from normfree.kernels._cache import cache_key, load_generated
-from normfree.kernels._codegen import torch_source, triton_source
+from normfree.kernels._codegen import c_source, torch_source, triton_source
 from normfree.settings import get_settings
 
-Backend = Literal["auto", "triton", "torch", "compile"]
-BACKENDS = ("auto", "triton", "torch", "compile")
+Backend = Literal["auto", "triton", "native", "torch", "compile"]
+BACKENDS = ("auto", "triton", "native", "torch", "compile")
 
 
 def cpu_auto() -> str:
@@ -105,6 +106,12 @@ class CompiledOperator:
             "triton", self.name, self._key("triton"),
             lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
+
+    @functools.cached_property
+    def native_kernels(self) -> _native.NativeKernels:
+        """The C kernels (built once per machine into the kernel cache, then loaded)."""
+        source = c_source(self.expr, self.derivative, self.variable, self.canonical)
+        return _native.build(self.name, source)
 
     def compiled(self, which: Literal["forward", "backward"]) -> Any:
         """torch.compile'd forward / backward (built once each, dynamic shapes)."""
@@ -181,6 +188,36 @@ def _disable_compile(exc: Exception) -> None:
     )
 
 
+_native_error: str | None = None
+
+
+def _native_usable(op: CompiledOperator, x: Tensor) -> bool:
+    """Whether the native path runs this call: fp32/fp16/bf16 CPU input and a built library.
+
+    fp64 (gradcheck) takes the eager path, which computes in fp64. A build failure (no compiler,
+    a compiler error) warns once per process and every later call runs the eager path.
+    """
+    global _native_error
+    if x.dtype == torch.float64 or x.is_cuda or _native_error is not None:
+        return False
+    if "native_error" in op._compiled:
+        return False
+    try:
+        op.native_kernels  # noqa: B018 - builds or loads the library
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        if _native.compiler() is None:
+            _native_error = message  # no compiler: no candidate can build in this process
+        op._compiled["native_error"] = message  # else only this candidate falls back
+        warnings.warn(
+            f"native CPU kernels of {op.name!r} unavailable ({message}); using eager torch code",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    return True
+
+
 class PointwiseNormFunction(torch.autograd.Function):
     """y = gamma * f(alpha * x + s) + beta with a generated forward and backward.
 
@@ -203,6 +240,8 @@ class PointwiseNormFunction(torch.autograd.Function):
             from normfree.kernels import _triton_ops  # imports triton: only when used (below)
 
             y = _triton_ops.forward(op.triton_module, x, alpha, s, gamma, beta)
+        elif backend == "native" and _native_usable(op, x):
+            y = _native.forward(op.native_kernels, x, alpha, s, gamma, beta)
         elif backend == "compile" and _compile_error is None:
             try:
                 y = op.compiled("forward")(x, alpha, s, gamma, beta)
@@ -211,7 +250,7 @@ class PointwiseNormFunction(torch.autograd.Function):
                 backend = "torch"
                 y = _torch_ops.forward_math(op.torch_module.f, x, alpha, s, gamma, beta)
         else:
-            backend = "torch" if backend == "compile" else backend
+            backend = "torch" if backend in ("compile", "native") else backend
             y = _torch_ops.forward_math(op.torch_module.f, x, alpha, s, gamma, beta)
         ctx.save_for_backward(x, alpha, s, gamma, beta)
         ctx.op = op
@@ -227,6 +266,8 @@ class PointwiseNormFunction(torch.autograd.Function):
             from normfree.kernels import _triton_ops
 
             grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
+        elif ctx.backend == "native" and not torch.is_grad_enabled():
+            grads = _native.backward(op.native_kernels, dy, x, alpha, s, gamma, per_channel)
         elif ctx.backend == "compile":
             d = x.shape[-1]
             x2, dy2 = x.reshape(-1, d), dy.reshape(-1, d)

@@ -42,11 +42,14 @@ import sympy
 
 __all__ = [
     "TRITON_HELPERS",
+    "CPrinter",
     "PrinterError",
     "TorchPrinter",
     "TritonPrinter",
     "atan_coefficients",
+    "c_helpers",
     "cse_lines",
+    "erf_rational_fit",
 ]
 
 ATAN_TERMS = 11  # odd polynomial t*P(t^2) with 11 terms: fp32 evaluation error ~8e-8 on [0, 1]
@@ -286,7 +289,7 @@ class _Printer:
                 den.append(self.paren(sympy.Pow(factor.base, -factor.exp)))
             else:
                 num.append(self.paren(factor))
-        top = " * ".join(num) if num else "1.0"
+        top = " * ".join(num) if num else self.number(1.0)
         if not den:
             return top
         bottom = den[0] if len(den) == 1 else "(" + " * ".join(den) + ")"
@@ -312,12 +315,12 @@ class _Printer:
             if n == 0:
                 return self.number(1.0)
             text = self._int_pow(b, abs(n))
-            return text if n > 0 else f"1.0 / ({text})"
+            return text if n > 0 else f"{self.number(1.0)} / ({text})"
         if exponent.is_Rational and exponent.q == 2:
             root = self.sqrt(self.print(base))
             n = abs(int(exponent.p))
             text = root if n == 1 else f"{root} * {self._int_pow(b, (n - 1) // 2)}"
-            return text if exponent > 0 else f"1.0 / ({text})"
+            return text if exponent > 0 else f"{self.number(1.0)} / ({text})"
         return self.general_pow(self.print(base), float(exponent))
 
     def _piecewise(self, expr: sympy.Piecewise) -> str:
@@ -448,13 +451,17 @@ class TritonPrinter(_Printer):
 
 
 def cse_lines(
-    printer: _Printer, exprs: dict[str, sympy.Expr], indent: str = "    "
+    printer: _Printer,
+    exprs: dict[str, sympy.Expr],
+    indent: str = "    ",
+    boolean_indent: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Common-subexpression elimination over ``exprs`` (name -> expression), then print.
 
     Returns the assignment lines for the shared temporaries ``t0, t1, ...`` and the printed
     right-hand side of each named output. A constant output is broadcast against ``u`` by the
-    caller (the printers do not know the tensor shape).
+    caller (the printers do not know the tensor shape). ``boolean_indent`` (C: a typed
+    declaration) replaces ``indent`` for temporaries that hold a condition.
     """
     names = list(exprs)
     temps = sympy.numbered_symbols("t")
@@ -470,5 +477,225 @@ def cse_lines(
         else:
             kept.append((sym, value))
     reduced = [r.xreplace(constants) for r in reduced]
-    lines = [f"{indent}{sym.name} = {printer.print(value)}" for sym, value in kept]
+    lines = [
+        f"{_lead(value, indent, boolean_indent)}{sym.name} = {printer.print(value)}"
+        for sym, value in kept
+    ]
     return lines, {n: printer.print(r) for n, r in zip(names, reduced, strict=True)}
+
+
+# ------------------------------------------------------------------------------------ C (CPU)
+# The native CPU path (normfree.kernels._native) prints the same expression to C99 that gcc
+# vectorises: every loop is ``#pragma omp simd`` and every function is either an inline helper
+# below (branch-free selects, so the loop if-converts) or a glibc libmvec vector function
+# (logf, sinf, cosf; declared ``simd`` so gcc calls their AVX2 variants). exp and erf are written
+# here rather than taken from libmvec because they are the whole cost of the Derf operator on
+# CPU: libmvec's accurate erff measured ~1.3 ns/element and expf ~1.1 on this machine's Zen 1
+# cores, more than LayerNorm's entire step per element (bench/bench_kernels_cpu.py).
+#
+# - ``nf_exp``: Cody-Waite reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in two constants),
+#   the degree-6 Taylor polynomial of e^r (truncation <= 1.2e-7 relative, about one ulp), and
+#   2^n built in the exponent bits. x < -86.6 flushes to 0 (true value < 2^-125), x > 88.72 is
+#   inf, NaN propagates through the polynomial.
+# - ``nf_erf``: one rational function on the clamped input, erf(x) ~ x P(x^2) / Q(x^2) with
+#   |x| <= 3.925 (erf(3.925) rounds to 1 in fp32), P of degree 6 and Q of degree 5 in x^2. Two
+#   polynomials and a division are cheaper than two branches plus an exp (both sides of a select
+#   are evaluated in SIMD code). The coefficients are the literals below, produced by
+#   :func:`erf_rational_fit` (linearised least squares with Lawson reweighting towards minimax);
+#   the fit's error in float64 is 1.5e-9 and a test bounds the fp32 result by 4e-7 absolute.
+ERF_P = (
+    1.1283791799884142,
+    0.18472150298119328,
+    0.05429280868038035,
+    0.0038347696417296486,
+    0.0003809062351144486,
+    4.731535570325074e-06,
+    -1.340865779519973e-08,
+)
+ERF_Q = (
+    1.0,
+    0.4970386930545004,
+    0.11379441635330874,
+    0.015437537980366692,
+    0.0013062399024890553,
+    6.354947625218047e-05,
+)
+ERF_CLAMP = 3.925
+
+
+def erf_rational_fit(
+    p_terms: int = len(ERF_P), q_terms: int = len(ERF_Q), iterations: int = 40
+) -> tuple[tuple[float, ...], tuple[float, ...], float]:
+    """Refit (P, Q, max float64 error) of erf(x) ~ x P(x^2) / Q(x^2), Q(0) = 1, on [0, clamp].
+
+    Each iteration solves the linear problem x P - erf(x) (Q - 1) = erf(x) by weighted least
+    squares on Chebyshev nodes; the weights 1/Q (and then sqrt|error|, Lawson's rule) move the
+    solution towards the minimax rational function. The best iterate is returned. This is how
+    :data:`ERF_P` / :data:`ERF_Q` were made; a test reruns it.
+    """
+    import math
+
+    x = _chebyshev_nodes(0.0, ERF_CLAMP, 6000)
+    y = np.array([math.erf(v) for v in x])
+    w = np.ones_like(x)
+    best: tuple[tuple[float, ...], tuple[float, ...], float] | None = None
+    for it in range(iterations):
+        cols = [x ** (2 * k + 1) for k in range(p_terms)]
+        cols += [-y * x ** (2 * k) for k in range(1, q_terms)]
+        coef, *_ = np.linalg.lstsq(np.stack(cols, 1) * w[:, None], y * w, rcond=None)
+        p, q = coef[:p_terms], np.concatenate([[1.0], coef[p_terms:]])
+        q_val = np.polyval(q[::-1], x * x)
+        err = x * np.polyval(p[::-1], x * x) / q_val - y
+        worst = float(np.abs(err).max())
+        if q_val.min() > 0 and (best is None or worst < best[2]):
+            best = (tuple(float(c) for c in p), tuple(float(c) for c in q), worst)
+        w = (np.abs(err) ** 0.5 if it >= 3 else 1.0) / np.abs(q_val)
+        w = np.maximum(w / w.max(), 1e-3)
+    assert best is not None
+    return best
+
+
+def _chebyshev_nodes(lo: float, hi: float, n: int = 4000) -> np.ndarray:
+    return lo + (hi - lo) * 0.5 * (1.0 - np.cos(np.pi * (np.arange(n) + 0.5) / n))
+
+
+def _c_horner(coefs: tuple[float, ...], var: str) -> str:
+    text = f"{coefs[-1]!r}f"
+    for c in reversed(coefs[:-1]):
+        text = f"({text}) * {var} + {c!r}f"
+    return text
+
+
+def c_helpers() -> str:
+    """C source of the inline helpers (always emitted: unused statics cost nothing)."""
+    taylor = _c_horner(tuple(1.0 / float(np.prod(np.arange(1, k + 1))) for k in range(7)), "r")
+    atan = _c_horner(atan_coefficients(), "s")
+    return f"""
+static inline float nf_bits(int32_t i) {{ float f; memcpy(&f, &i, sizeof f); return f; }}
+static inline float nf_sign(float x) {{ return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x * 0.0f); }}
+static inline float nf_exp(float x) {{
+    float xc = x < -86.6f ? -86.6f : x;
+    xc = xc > 88.72f ? 88.72f : xc;
+    float n = (xc * 1.4426950408889634f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.4286068203094173e-06f;
+    float p = {taylor};
+    float y = (p * 2.0f) * nf_bits(((int32_t)n + 126) << 23); /* NaN: p is NaN */
+    y = x < -86.6f ? 0.0f : y;
+    return x > 88.72f ? INFINITY : y;
+}}
+static inline float nf_erf(float x) {{
+    float xc = x < -{ERF_CLAMP!r}f ? -{ERF_CLAMP!r}f : x;
+    xc = xc > {ERF_CLAMP!r}f ? {ERF_CLAMP!r}f : xc; /* NaN passes both tests unchanged */
+    float s = xc * xc;
+    return xc * ({_c_horner(ERF_P, "s")}) / ({_c_horner(ERF_Q, "s")});
+}}
+static inline float nf_erfc(float x) {{ return 1.0f - nf_erf(x); }}
+static inline float nf_tanh(float x) {{
+    float a = fabsf(x);
+    float e = nf_exp(-2.0f * a);
+    float big = (1.0f - e) / (1.0f + e);
+    float s = a * a;
+    float small = a * (1.0f + s * (-0.3333333333333333f
+                       + s * (0.13333333333333333f + s * -0.05396825396825397f)));
+    float r = a < 0.1f ? small : big;
+    return x < 0.0f ? -r : r;
+}}
+static inline float nf_atan(float x) {{
+    float a = fabsf(x);
+    int big = a > 1.0f;
+    float t = big ? 1.0f / (a > 1.0f ? a : 1.0f) : a;
+    float s = t * t;
+    float p = t * ({atan});
+    float r = big ? 1.5707963267948966f - p : p;
+    return x < 0.0f ? -r : r;
+}}
+static inline float nf_log1p(float t) {{
+    float w = 1.0f + t;
+    float d = w - 1.0f;
+    return d == 0.0f ? t : logf(w) * (t / (d == 0.0f ? 1.0f : d));
+}}
+static inline float nf_asinh(float x) {{
+    float a = fabsf(x);
+    float s = a * a;
+    float near = nf_log1p(a + s / (1.0f + sqrtf(1.0f + s)));
+    float far = logf(a) + 0.6931471805599453f;
+    float r = a > 268435456.0f ? far : near;
+    return x < 0.0f ? -r : r;
+}}
+static inline float nf_sinh(float x) {{
+    float a = fabsf(x);
+    float e = nf_exp(a);
+    float big = 0.5f * (e - 1.0f / e);
+    float s = a * a;
+    float small = a * (1.0f + s * (0.16666666666666666f + s * 0.008333333333333333f));
+    float r = a < 0.1f ? small : big;
+    return x < 0.0f ? -r : r;
+}}
+static inline float nf_cosh(float x) {{
+    float e = nf_exp(fabsf(x));
+    return 0.5f * (e + 1.0f / e);
+}}
+static inline float nf_pow(float x, float p) {{ return nf_exp(p * logf(x)); }}
+"""
+
+
+class CPrinter(_Printer):
+    """C99 over ``float`` for the native CPU path (see :func:`c_helpers` for the functions)."""
+
+    functions: ClassVar[dict[type, str]] = {
+        sympy.exp: "nf_exp",
+        sympy.log: "logf",
+        sympy.erf: "nf_erf",
+        sympy.erfc: "nf_erfc",
+        sympy.tanh: "nf_tanh",
+        sympy.atan: "nf_atan",
+        sympy.asinh: "nf_asinh",
+        sympy.sinh: "nf_sinh",
+        sympy.cosh: "nf_cosh",
+        sympy.sin: "sinf",
+        sympy.cos: "cosf",
+        sympy.Abs: "fabsf",
+        sympy.sign: "nf_sign",
+    }
+
+    def number(self, value: float) -> str:
+        if value != value:
+            return "NAN"
+        if value in (float("inf"), float("-inf")):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        return f"{value!r}f"
+
+    def nan(self) -> str:
+        return "NAN"
+
+    def print(self, expr: sympy.Basic) -> str:
+        number = getattr(expr, "is_number", False) and not isinstance(expr, sympy.Piecewise)
+        if number and expr is not sympy.S.NaN:
+            return self.number(float(expr))
+        return super().print(expr)
+
+    def where(self, cond: str, a: str, b: str) -> str:
+        return f"({cond} ? {a} : {b})"
+
+    def minmax(self, kind: str, args: list[sympy.Expr]) -> str:
+        # a ternary, not fminf: NaN must propagate the way torch.minimum/clamp propagate it
+        op = "<" if kind == "min" else ">"
+        parts = [self.print(a) for a in args if not a.is_number]
+        parts += [self.print(a) for a in args if a.is_number]
+        text = parts[0]
+        for other in parts[1:]:
+            text = f"({other} {op} {text} ? {other} : {text})"
+        return text
+
+    def sqrt(self, base: str) -> str:
+        return f"sqrtf({base})"
+
+    def general_pow(self, base: str, p: float) -> str:
+        return f"nf_pow({base}, {self.number(p)})"
+
+
+def _lead(value: sympy.Basic, indent: str, boolean_indent: str | None) -> str:
+    if boolean_indent is not None and isinstance(value, sympy.logic.boolalg.Boolean):
+        return boolean_indent
+    return indent

@@ -1,6 +1,7 @@
 """The operator contract, for every catalog entry and a sample of transforms and formulas.
 
-Each case runs through the generated Triton kernels (interpreter) and the generated torch code,
+Each case runs through the generated Triton kernels (interpreter), the generated C (native CPU
+path) and the generated torch code,
 and is compared with the float64 autograd reference of ``reference.py``: the forward and all five
 gradients (x, alpha, s, gamma, beta).
 """
@@ -17,7 +18,7 @@ from normfree.search_space import catalog
 # numpy warnings from the interpreter evaluating both sides of tl.where (log(0) in the unused side)
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-BACKENDS = ["triton", "torch"]
+BACKENDS = ["triton", "native", "torch"]
 
 
 def _params(d: int, shift: str, affine: bool, dtype: torch.dtype, seed: int = 0):

@@ -38,17 +38,15 @@ BACKENDS = ("auto", "triton", "native", "torch", "compile")
 
 
 def cpu_auto() -> str:
-    """What "auto" runs on CPU tensors: ``get_settings().kernel_cpu_backend``, "torch" by default.
+    """What "auto" runs on CPU tensors: ``get_settings().kernel_cpu_backend``, "native" by default.
 
-    Decision (bench/bench_kernels_cpu.py, CPU time per fwd+bwd step, one thread, one run on the
-    shared 2-core machine): at the default ViT proxy's shape [64*17, 64] a step is overhead-bound
-    and compiled saves ~0.17 ms per norm call over eager (0.60 vs 0.77 ms), ~1.5 ms per training
-    step with 9 norm slots. The first compiled call costs ~13 s per candidate with a cold inductor
-    cache and ~4.4 s with a warm one (then every shape reuses it: dynamic shapes). In a search
-    nearly every candidate is new, so the cold figure applies: thousands of steps to pay back,
-    more than a 30-60 s trial runs. Compiled wins clearly only at large shapes ([128*65, 128]:
-    ~4.8 vs ~10.5 ms; [4096, 768]: ~11.7 vs ~31 ms), so eager stays the default and "compile"
-    is the opt-in (NORMFREE_KERNEL_CPU_BACKEND=compile) for long or large runs.
+    Decision (bench/bench_kernels_cpu.py, CPU time per Derf fwd+bwd step): the generated C is
+    the fastest CPU path at every shape measured, from the ViT proxy's [64*17, 64] to [8192, 384],
+    and costs ~0.5 s of C compilation once per candidate and machine (then a file load).
+    ``torch.compile`` of the generated torch code is slower per step at these shapes and costs
+    ~13 s per candidate and process with a cold inductor cache; eager torch code is 2-3x slower
+    than native. "torch" stays available for machines without a C compiler (the native path
+    falls back to it by itself) and "compile" for comparison.
     """
     return get_settings().kernel_cpu_backend
 

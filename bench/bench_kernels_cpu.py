@@ -17,7 +17,9 @@ is timed twice: wall clock (``median_ms``) and the CPU time this process spent i
 (``median_cpu_ms``: thread time with one thread, process time with two). On the shared, loaded
 2-core machine the wall clock mostly measures the other users' load; CPU time measures our work,
 so the headline ratios (``cpu_vs_*``) use it and the wall-clock ratios are kept beside them.
-The goal shapes are [8192, 384] and [4096, 768]; the full run also times the default ViT
+``compute_floor_cpu_ms`` (native rows, one thread): the same C kernels on an L2-resident
+block, i.e. their arithmetic alone (see :func:`compute_floor_ms`). The goal shapes are
+[8192, 384] and [4096, 768]; the full run also times the default ViT
 proxies' shapes ([64*17, 64] and [128*65, 128], one thread), where per-call overhead dominates
 and which decide the CPU default of ``backend="auto"`` (see ``normfree.kernels._ops.cpu_auto``).
 
@@ -109,6 +111,37 @@ def make_providers(d: int) -> dict[str, Callable[[torch.Tensor, torch.Tensor], o
         "generated-compile": run(lambda x: pointwise_norm(x, erf, *params, backend="compile")),
         "generated-native": run(lambda x: pointwise_norm(x, erf, *params, backend="native")),
     }
+
+
+def compute_floor_ms(shape: tuple[int, int], rounds: int) -> float:
+    """CPU ms of the native Derf kernels' arithmetic alone at ``shape`` (one thread).
+
+    The same C forward and backward, run over a 32-row block that stays in L2 and repeated
+    M/32 times: no DRAM traffic, no Python around the call. The gap between this and the
+    ``generated-native`` row is memory and host overhead; the floor itself is what erf, exp
+    and the multiply-adds cost on this CPU, so it bounds any kernel that evaluates the exact
+    derivative without saving intermediates.
+    """
+    m, d = shape
+    lib = compile_candidate(catalog.get("erf")).native_kernels
+    block = 32
+    gen = torch.Generator().manual_seed(0)
+    x, dy = torch.randn(block, d, generator=gen), torch.randn(block, d, generator=gen)
+    y, dx = torch.empty_like(x), torch.empty_like(x)
+    s, g, b = torch.full((d,), 0.1), torch.ones(d), torch.zeros(d)
+    parts, p_alpha = torch.zeros(3, d), torch.zeros(1, dtype=torch.float64)
+    p = parts.data_ptr()
+    times = []
+    for _ in range(max(3, rounds // 3)):
+        started = time.thread_time()
+        for _ in range(m // block):
+            lib.forward(x.data_ptr(), y.data_ptr(), 0, block, d, 0.5, s.data_ptr(),
+                        g.data_ptr(), b.data_ptr())  # fmt: skip
+            lib.backward(dy.data_ptr(), x.data_ptr(), dx.data_ptr(), 0, block, d, 0.5,
+                         s.data_ptr(), g.data_ptr(), p, p + 4 * d, p + 8 * d,
+                         p_alpha.data_ptr())  # fmt: skip
+        times.append(time.thread_time() - started)
+    return 1e3 * statistics.median(times)
 
 
 def bench_shape(
@@ -215,6 +248,15 @@ def main() -> None:
     for shape, threads in plan:
         rows.extend(bench_shape(shape, threads, names, rounds))
         r = rows[-len(names) :]
+        if threads == 1:
+            torch.set_num_threads(1)
+            floor = compute_floor_ms(shape, rounds)
+            for row in r:
+                if row["provider"] == "generated-native":
+                    row["compute_floor_cpu_ms"] = floor
+                    row["floor_vs_layernorm"] = floor / next(
+                        x["median_cpu_ms"] for x in r if x["provider"] == "layernorm"
+                    )
         print(" | ".join(f"{x['provider']} {x['median_ms']:.2f} ms ({x['median_cpu_ms']:.2f} cpu)"
                          for x in r),
               f"  [{shape[0]}x{shape[1]}, {threads} thread(s)]", file=sys.stderr)  # fmt: skip
@@ -245,6 +287,9 @@ def main() -> None:
         "time_vs_layernorm": by_config("time_vs_layernorm"),
         "time_vs_naive": by_config("time_vs_naive"),
         "memory_vs_naive": by_config("memory_vs_naive"),
+        "compute_floor_vs_layernorm": {
+            k: v for k, v in by_config("floor_vs_layernorm").items() if v == v
+        },
         "first_call_s": {k: round(v, 2) for k, v in first_call.items()},
         "results": str(out.relative_to(ROOT)),
         "seconds": round(time.perf_counter() - started, 1),

@@ -196,8 +196,8 @@ def _native_usable(op: CompiledOperator, x: Tensor) -> bool:
     a compiler error) warns once per process and every later call runs the eager path.
     """
     global _native_error
-    if x.dtype == torch.float64 or x.is_cuda or _native_error is not None:
-        return False
+    if x.dtype == torch.float64 or x.is_cuda or _native_error is not None or x.numel() == 0:
+        return False  # (an empty input has nothing to compute; the eager path shapes its grads)
     if "native_error" in op._compiled:
         return False
     try:

@@ -163,3 +163,14 @@ def test_fp64_takes_the_eager_path_and_passes_gradcheck() -> None:
 def test_auto_runs_native_on_cpu_by_default() -> None:
     assert _ops.resolve_backend("auto", torch.ones(1)) == get_settings().kernel_cpu_backend
     assert get_settings().kernel_cpu_backend == "native"
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (3, 0), (2, 0, 5)])
+def test_empty_inputs_give_empty_outputs_and_zero_grads(shape) -> None:
+    x = torch.randn(shape, requires_grad=True)
+    alpha = torch.tensor(0.5, requires_grad=True)
+    gamma = torch.ones(shape[-1], requires_grad=True)
+    beta = torch.zeros(shape[-1], requires_grad=True)
+    y = pointwise_norm(x, catalog.get("erf"), alpha, None, gamma, beta, backend="native")
+    y.sum().backward()
+    assert y.shape == x.shape and alpha.grad == 0 and x.grad.shape == x.shape

@@ -308,6 +308,9 @@ class TrialPublic(_Out):
     metrics: dict[str, Any] = Field(default_factory=dict)
     eval_train_loss: float | None = None
     diverged_at_step: int | None = None
+    spike_step: int | None = Field(
+        default=None, description="training step where the loss first spiked (or diverged)"
+    )
     train_time_s: float | None = None
     total_time_s: float | None = None
     worker: str | None = None

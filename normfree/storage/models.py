@@ -191,6 +191,8 @@ class TrialRow(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     eval_train_loss: Mapped[float | None] = mapped_column(FiniteFloat)
     diverged_at_step: Mapped[int | None] = mapped_column(Integer)
+    # first loss-spike step (issue 9; a divergence counts as one); NULL: none, or before 0005
+    spike_step: Mapped[int | None] = mapped_column(Integer)
     train_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     total_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     worker: Mapped[str | None] = mapped_column(String(200))

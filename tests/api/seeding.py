@@ -81,6 +81,7 @@ def synthetic_result(function: str, value: float | None, seed: int, diverged: bo
             curves=curves[:1],
             diagnostics=diagnostics[: len(LAYERS)],
             diverged_at_step=7,
+            spike_step=6,
             worker="synthetic-seed",
         )
     return TrialResult(

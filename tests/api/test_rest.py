@@ -325,6 +325,7 @@ def test_trial_with_curves_and_diagnostics(api: Api, seeded: Seeded) -> None:
     assert {"alpha", "input_std", "gamma_mean", "branch_norm"} <= set(t["diagnostics"][0])
     div = api.client.get(f"/api/trials/{seeded.diverged_trial_ids[0]}").json()
     assert div["status"] == "DIVERGED" and div["diverged_at_step"] == 7
+    assert (div["spike_step"], t["spike_step"]) == (6, None)  # stored since migration 0005
     _error(api.client.get("/api/trials/424242"), 404)
     _error(api.client.get("/api/trials/-1"), 422)
 

@@ -344,6 +344,24 @@ def test_diverged_result_has_no_value(repo: Repository) -> None:
     assert (t["status"], t["value"], t["diverged_at_step"]) == ("DIVERGED", None, 17)
 
 
+def test_spike_step_round_trips(repo: Repository) -> None:
+    """spike_step (migration 0005) is written by finish_trial and read back; None stays None."""
+    sid = study(repo)
+    spiked, calm = repo.add_trials(sid, [cfg("identity"), cfg("erf")])
+    results = {
+        spiked: TrialResult(
+            status="diverged", objective="val_acc", diverged_at_step=40, spike_step=37
+        ),
+        calm: complete(0.9),
+    }
+    while (lease := repo.lease_next(sid, "w", 60)) is not None:
+        assert repo.finish_trial(lease.id, "w", lease.attempt, results[lease.id])
+    a, b = repo.get_trial(spiked), repo.get_trial(calm)
+    assert a is not None and b is not None
+    assert (a["status"], a["diverged_at_step"], a["spike_step"]) == ("DIVERGED", 40, 37)
+    assert (b["status"], b["spike_step"]) == ("COMPLETE", None)
+
+
 def test_fail_trial_retry_then_give_up(repo: Repository) -> None:
     sid = study(repo)
     (tid,) = repo.add_trials(sid, [cfg("erf")])

@@ -499,7 +499,8 @@ def train_trial(
                     metrics = {**val, "train_loss": train_loss}
                     break
             monitor.close()
-            spike_step = diagnostics.first_spike(torch.cat(loss_hist).tolist())
+            ratio = diagnostics.SPIKE_RATIOS.get(p.task, diagnostics.SPIKE_RATIO)
+            spike_step = diagnostics.first_spike(torch.cat(loss_hist).tolist(), ratio=ratio)
             if diverged_at is not None and (spike_step is None or spike_step > diverged_at):
                 spike_step = diverged_at  # a divergence is a spike, even in the first steps
             if status == "complete":

@@ -87,25 +87,63 @@ def register(preset: Preset) -> Preset:
 
 
 # ---------------------------------------------------------------- ViT presets (classification)
-VIT_DIGITS = register(
-    Preset(
-        name="vit-digits",
-        task="classify",
-        build=ViT,
-        # Gain-matched init (see ViTConfig.init_fan_in_ref): with plain 0.02 on 2x2 patches the
-        # stream starts at std ~0.04 and every pointwise norm sits in its linear regime
-        # (measured: erf 81% vs 94% with matching, LayerNorm 96% either way).
-        config=ViTConfig(init_fan_in_ref=768, init_scope="all"),
-        dataset="digits",
-        epochs=30,  # planning used 35; 30 keeps a trial near 30 s on one core
-        batch_size=64,
-        lr=4e-3,  # the official DyT/Derf ViT lr (science.md 6)
-        weight_decay=0.05,  # ditto
-        warmup_epochs=5,
-        label_smoothing=0.1,
-        objective="val_acc",
-        direction="maximize",
-        description="4-block dim-64 ViT on sklearn digits (8x8, patch 2): the default screen.",
+# The 8x8-digits recipe: the base every derived ViT preset (vit-tiny, vit-mnist1d, vit-mnist,
+# vit-stress) is built from with dataclasses.replace, so their measured behaviour is unchanged.
+# It is not itself the registered ``vit-digits`` any more (see below): on digits every function
+# reaches 91-96% and the spread across functions was 1.17x the seed std, identity ranked first.
+VIT_DIGITS = Preset(
+    name="vit-digits",
+    task="classify",
+    build=ViT,
+    # Gain-matched init (see ViTConfig.init_fan_in_ref): with plain 0.02 on 2x2 patches the
+    # stream starts at std ~0.04 and every pointwise norm sits in its linear regime
+    # (measured: erf 81% vs 94% with matching, LayerNorm 96% either way).
+    config=ViTConfig(init_fan_in_ref=768, init_scope="all"),
+    dataset="digits",
+    epochs=30,  # planning used 35; 30 keeps a trial near 30 s on one core
+    batch_size=64,
+    lr=4e-3,  # the official DyT/Derf ViT lr (science.md 6)
+    weight_decay=0.05,  # ditto
+    warmup_epochs=5,
+    label_smoothing=0.1,
+    objective="val_acc",
+    direction="maximize",
+    description="4-block dim-64 ViT on sklearn digits (8x8, patch 2).",
+)
+
+# The default ViT screen. Same 4-block dim-64 model; what changed is the data and the lr, each
+# chosen by measurement (bench/results/discriminative-vit-digits.md, 3 seeds per function):
+# - MNIST-1D, not the 8x8 digits: digits is too easy to separate functions (every norm, the
+#   identity included, fits the 1,259 training images to 99.5-100%; the ranking is generalisation
+#   noise on a 269-image validation split). MNIST-1D (the package's 1-D renderings of the ten
+#   digit templates, shifted, scaled, sheared and noised) is built to make architecture choices
+#   show: here the functions differ in how well they FIT (train accuracy 63-97% at lr 4e-3), the
+#   property the Derf paper credits for Derf's gains, and its validation split is 750 examples.
+#   Measured at lr 4e-3: LayerNorm 0.871/0.877, identity 0.907/0.901, erf 0.80, exproot 0.67,
+#   relsign 0.60 (two seeds of LayerNorm/identity differ by ~0.006). The name is kept
+#   (MNIST-1D is digits, in 1-D) because stored studies, the CLI and the API default to it.
+# - lr 1e-3 (not 4e-3): the official 4e-3 is for batch 4096; with batch 128 a square-root batch
+#   scaling gives ~7e-4. Swept on MNIST-1D (LayerNorm - identity, val acc): 1e-2 -0.24 (LayerNorm
+#   collapses, identity does not), 4e-3 -0.03, 2e-3 -0.02, 1e-3 +0.003. Above 1e-3 LayerNorm
+#   fits the training set best but overfits, and the identity ranks first; at 1e-3 they tie.
+#   The pointwise functions' order also moves with the lr (exproot below erf at 4e-3, above it
+#   at 1e-3): this screen ranks them at this lr, a short budget where fitting speed counts.
+# Result (16 candidates + LayerNorm + identity x 3 seeds): spread of means / seed std 5.26
+# (3.07 among the 16 candidates alone), 78% of function pairs resolved; LayerNorm 0.819 and
+# identity 0.822 tie, the candidates span 0.41-0.67. Trial ~25 s on an idle core.
+register(
+    replace(
+        VIT_DIGITS,
+        config=replace(VIT_DIGITS.config, img_size=1, img_width=40, patch=4),  # 10 tokens
+        dataset="mnist1d",
+        epochs=15,  # 3,500 sequences x 15 = 420 steps: ~25 s on an idle core
+        batch_size=128,
+        lr=1e-3,
+        warmup_epochs=2,  # 56 steps
+        # the prescreen's "high lr" stays 2e-2 (5x the old 4e-3), not 5x the new 1e-3
+        extra={"prescreen_lr_mult": 20.0},
+        description="4-block dim-64 ViT on MNIST-1D (40-long sequences, patch 4, 10 tokens), "
+        "lr 1e-3, 15 epochs: the default screen.",
     )
 )
 

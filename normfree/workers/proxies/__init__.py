@@ -147,6 +147,17 @@ register(
     )
 )
 
+# The 8x8-digits recipe itself, under its own name: the previous default screen (trials stored
+# before session 2 under "vit-digits" ran this recipe), for users who want the sklearn images.
+register(
+    replace(
+        VIT_DIGITS,
+        name="vit-digits8x8",
+        description="4-block dim-64 ViT on sklearn digits (8x8, patch 2), lr 4e-3, 30 epochs: "
+        "the screen before session 2; not discriminative (spread/seed std 1.17).",
+    )
+)
+
 register(
     replace(
         VIT_DIGITS,

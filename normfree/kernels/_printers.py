@@ -213,6 +213,15 @@ class _Printer:
         raise NotImplementedError
 
     def minmax(self, kind: str, args: list[sympy.Expr]) -> str:
+        """Min/Max folded pairwise, constants last, through the dialect's :meth:`pair`."""
+        parts = [self.print(a) for a in args if not a.is_number]
+        parts += [self.print(a) for a in args if a.is_number]
+        text = parts[0]
+        for other in parts[1:]:
+            text = self.pair(kind, text, other)
+        return text
+
+    def pair(self, kind: str, a: str, b: str) -> str:
         raise NotImplementedError
 
     def general_pow(self, base: str, p: float) -> str:
@@ -429,14 +438,8 @@ class TritonPrinter(_Printer):
     def where(self, cond: str, a: str, b: str) -> str:
         return f"tl.where({cond}, {a}, {b})"
 
-    def minmax(self, kind: str, args: list[sympy.Expr]) -> str:
-        fn = "tl.minimum" if kind == "min" else "tl.maximum"
-        parts = [self.print(a) for a in args if not a.is_number]
-        parts += [self.print(a) for a in args if a.is_number]
-        text = parts[0]
-        for other in parts[1:]:
-            text = f"{fn}({text}, {other})"
-        return text
+    def pair(self, kind: str, a: str, b: str) -> str:
+        return f"{'tl.minimum' if kind == 'min' else 'tl.maximum'}({a}, {b})"
 
     def sqrt(self, base: str) -> str:
         return f"tl.sqrt({base})"
@@ -678,15 +681,9 @@ class CPrinter(_Printer):
     def where(self, cond: str, a: str, b: str) -> str:
         return f"({cond} ? {a} : {b})"
 
-    def minmax(self, kind: str, args: list[sympy.Expr]) -> str:
-        # a ternary, not fminf: NaN must propagate the way torch.minimum/clamp propagate it
-        op = "<" if kind == "min" else ">"
-        parts = [self.print(a) for a in args if not a.is_number]
-        parts += [self.print(a) for a in args if a.is_number]
-        text = parts[0]
-        for other in parts[1:]:
-            text = f"({other} {op} {text} ? {other} : {text})"
-        return text
+    def pair(self, kind: str, a: str, b: str) -> str:
+        # a ternary, not fminf: a NaN in ``a`` must propagate, as torch.minimum/clamp propagate it
+        return f"({b} {'<' if kind == 'min' else '>'} {a} ? {b} : {a})"
 
     def sqrt(self, base: str) -> str:
         return f"sqrtf({base})"

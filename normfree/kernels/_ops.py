@@ -192,8 +192,10 @@ _native_error: str | None = None
 def _native_usable(op: CompiledOperator, x: Tensor) -> bool:
     """Whether the native path runs this call: fp32/fp16/bf16 CPU input and a built library.
 
-    fp64 (gradcheck) takes the eager path, which computes in fp64. A build failure (no compiler,
-    a compiler error) warns once per process and every later call runs the eager path.
+    fp64 (gradcheck) and empty inputs take the eager path, which computes in fp64. A missing
+    compiler warns once and every later call in the process runs the eager path; a compiler
+    error (a generator bug for one expression) warns once for that candidate, which alone falls
+    back.
     """
     global _native_error
     if x.dtype == torch.float64 or x.is_cuda or _native_error is not None or x.numel() == 0:

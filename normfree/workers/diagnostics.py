@@ -23,6 +23,7 @@ training steps of the slot input's magnitude and std and of its output's magnitu
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 
 import torch
@@ -243,18 +244,12 @@ def first_spike(
             return i + 1
         if i < max(warmup, 1):  # step 1 has no losses before it to compare with
             continue
-        recent = sorted(losses[max(0, i - window) : i])
-        med = _median(recent)
-        spread = 1.4826 * _median(sorted(abs(x - med) for x in recent))
+        recent = losses[max(0, i - window) : i]
+        med = statistics.median(recent)
+        spread = 1.4826 * statistics.median(abs(x - med) for x in recent)
         if loss > ratio * med and loss > med + mads * spread:
             return i + 1
     return None
-
-
-def _median(xs: list[float]) -> float:
-    """Median of an already sorted, non-empty list."""
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
 def stability(diags: list[LayerDiagnostic]) -> dict:

@@ -55,6 +55,31 @@ def _slug(name: str) -> str:
     return keep or "candidate"
 
 
+def create_once(path: Path, write: Callable[[Path], None]) -> None:
+    """Make ``path`` exactly once across threads and processes, never visible half-written.
+
+    ``write`` fills a temporary file in the same directory, which then replaces ``path``
+    atomically, under a file lock so that concurrent processes create it at most once (the
+    generated ``.py`` modules here, the compiled ``.so`` of :mod:`._native`). If ``write``
+    raises, the temporary file is removed and nothing is created.
+    """
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.exists():  # another process made it meanwhile
+            return
+        fd, name = tempfile.mkstemp(dir=path.parent, suffix=path.suffix + ".tmp")
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            write(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, path)
+
+
 def load_generated(kind: str, name: str, key: str, make_source: Callable[[], str]) -> ModuleType:
     """Return the module for ``key``, generating and writing its file on first use."""
     directory = cache_dir()
@@ -63,14 +88,7 @@ def load_generated(kind: str, name: str, key: str, make_source: Callable[[], str
         module = _modules.get(path)
         if module is not None:
             return module
-        if not path.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(path) + ".lock"):
-                if not path.exists():  # another process may have written it meanwhile
-                    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-                    with os.fdopen(fd, "w") as handle:
-                        handle.write(make_source())
-                    os.replace(tmp, path)
+        create_once(path, lambda tmp: tmp.write_text(make_source()))
         module_name = f"normfree_generated_{kind}_{key}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None

@@ -29,21 +29,18 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import platform
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 from torch import Tensor
 
-from normfree.kernels._cache import _slug, cache_dir
+from normfree.kernels._cache import _slug, cache_dir, create_once
 from normfree.settings import get_settings
 
 # Below this many elements a call runs on the calling thread: the pool hand-off (~20-50 us)
@@ -117,30 +114,21 @@ def build(name: str, source: str) -> NativeKernels:
         loaded = _libraries.get(lib_path)
         if loaded is not None:
             return loaded
-        if not lib_path.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(lib_path) + ".lock"):
-                if not lib_path.exists():
-                    _compile(cc, source, lib_path)
+        create_once(lib_path, lambda tmp: _compile(cc, source, lib_path.with_suffix(".c"), tmp))
         loaded = _libraries[lib_path] = NativeKernels(lib_path)
         return loaded
 
 
-def _compile(cc: str, source: str, lib_path: Path) -> None:
-    src_path = lib_path.with_suffix(".c")
-    src_path.write_text(source)  # kept for inspection; the .so is what is keyed and loaded
-    fd, tmp = tempfile.mkstemp(dir=lib_path.parent, suffix=".so.tmp")
-    os.close(fd)
-    cmd = [cc, *compile_flags(), str(src_path), "-o", tmp, *link_flags()]
+def _compile(cc: str, source: str, src_path: Path, out: Path) -> None:
+    """Write ``source`` to ``src_path`` (kept for inspection) and compile it into ``out``."""
+    src_path.write_text(source)
+    cmd = [cc, *compile_flags(), str(src_path), "-o", str(out), *link_flags()]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise NativeBuildError(f"{' '.join(cmd)}: {exc}") from exc
     if proc.returncode != 0:
-        Path(tmp).unlink(missing_ok=True)
         raise NativeBuildError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    os.replace(tmp, lib_path)
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}

@@ -135,18 +135,22 @@ def test_missing_compiler_falls_back_to_eager_with_one_warning(monkeypatch) -> N
         get_settings.cache_clear()
 
 
-def test_compiler_error_falls_back_for_that_candidate_only(monkeypatch) -> None:
-    def broken(cc: str, source: str, lib_path: Path) -> None:
+def test_compiler_error_falls_back_for_that_candidate_only(monkeypatch, kernel_cache) -> None:
+    def broken(cc: str, source: str, src_path: Path, out: Path) -> None:
+        out.write_bytes(b"half a library")  # what a failed build may leave behind
         raise _native.NativeBuildError("cc: error: simulated")
 
     monkeypatch.setattr(_native, "_compile", broken)
     monkeypatch.setattr(_ops, "_native_error", None)
     candidate = parse("u / (2 + abs(u))")
     x = torch.randn(5, 7)
+    libraries = set(kernel_cache.glob("*.so"))
     with pytest.warns(RuntimeWarning, match="simulated"):
         y = pointwise_norm(x, candidate, ONE, backend="native")
     torch.testing.assert_close(y, x / (2 + x.abs()))
     assert _ops._native_error is None  # other candidates keep the native path
+    assert not list(kernel_cache.glob("*.tmp"))  # the failed build's output was removed
+    assert set(kernel_cache.glob("*.so")) == libraries  # and no library appeared
 
 
 def test_fp64_takes_the_eager_path_and_passes_gradcheck() -> None:

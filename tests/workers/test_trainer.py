@@ -173,3 +173,26 @@ def test_bf16_precision_option_trains():
     res = train_trial(_cfg("vit-tiny", "layernorm", epochs=1, overrides={"precision": "bf16"}))
     assert res.status == "complete", res.error
     assert res.config["precision"] == "bf16"
+
+
+def test_dit_intermediate_validation_is_one_draw_and_the_objective_all_draws():
+    """Epochs before the last use one fixed draw per image; the last (the objective) uses all."""
+    from normfree.workers.trainer import TASKS
+
+    res = resolve(_cfg("dit-tiny", DERF))
+    torch.manual_seed(0)
+    model = build_model(res).eval()
+    task = TASKS["diffusion"](res)
+    n = len(task.y_val)
+    cheap, full = task.evaluate(model, last=False), task.evaluate(model, last=True)
+    xr, yr, t, noise = task._fixed_draws("val", task.x_val, task.y_val, task.VAL_REPEATS)
+    assert len(yr) == task.VAL_REPEATS * n and torch.equal(xr[:n], task.x_val)
+    with torch.no_grad():
+        first = float(task.diff.loss(model, xr[:n], yr[:n], t[:n], noise[:n]))
+        every = float(task.diff.loss(model, xr, yr, t, noise))
+    assert cheap["val_loss"] == pytest.approx(first, rel=1e-5)
+    assert full["val_loss"] == pytest.approx(every, rel=1e-5)
+    assert cheap["val_loss"] != full["val_loss"]  # different draws: different estimates
+    # in a trial: the objective is the last epoch's full estimate
+    out = train_trial(_cfg("dit-tiny", DERF, epochs=2))
+    assert out.value == out.curves[-1].val_loss == out.metrics["val_loss"]

@@ -97,6 +97,13 @@ def test_trial_page_figures(api: Api, seeded: Seeded) -> None:
     assert len(figs["layers-figure"]["data"]) == 2  # gamma and branch norm
 
 
+def test_trial_page_shows_divergence_and_first_spike(api: Api, seeded: Seeded) -> None:
+    html = api.client.get(f"/trials/{seeded.diverged_trial_ids[0]}", headers=HTML).text
+    assert "diverged at step 7" in html and "first loss spike at step 6" in html
+    clean = api.client.get(f"/trials/{seeded.trial_ids[0]}", headers=HTML).text
+    assert "first loss spike" not in clean and "diverged at step" not in clean
+
+
 def test_candidate_pages(api: Api, seeded: Seeded) -> None:
     html = api.client.get("/candidates/shift_h(erf, 0)", headers=HTML).text
     figs = _figures(html)

@@ -9,7 +9,9 @@ with ``--resume`` to skip finished pairs), and writes a markdown table and a JSO
 - per function: mean +- std of the objective over completed seeds, diverged count, test metric;
 - ``spread``: std across function means (completed functions), ``seed_std``: RMS of the
   per-function seed stds, and their ratio; ``resolvable_pairs``: the share of function pairs
-  whose means differ by more than twice their combined standard error.
+  whose means differ by more than twice their combined standard error; ``anova_f`` /
+  ``anova_p``: the one-way analysis of variance of the same values (is there any function effect
+  at all, beyond seed noise? p is the chance of an F this large if every function were alike).
 
     python bench/discriminative.py --proxy vit-digits --seeds 3 --workers 2
     python bench/discriminative.py --quick     # vit-tiny, 4 functions, 2 seeds (< 30 s)
@@ -98,6 +100,17 @@ def summarise(rows: list[dict], functions: list[str], metric: str | None = None)
     means = [t["mean"] for t in done]
     spread = statistics.stdev(means) if len(means) > 1 else None
     seed_std = math.sqrt(statistics.fmean(t["std"] ** 2 for t in done)) if done else None
+    anova_f = anova_p = None
+    dof_within = sum(t["complete"] for t in done) - len(done)
+    if len(done) > 1 and dof_within > 0 and seed_std:
+        grand = sum(t["mean"] * t["complete"] for t in done) / (dof_within + len(done))
+        between = sum(t["complete"] * (t["mean"] - grand) ** 2 for t in done) / (len(done) - 1)
+        within = sum((t["complete"] - 1) * t["std"] ** 2 for t in done) / dof_within
+        if within > 0:
+            from scipy.stats import f as f_dist
+
+            anova_f = between / within
+            anova_p = float(f_dist.sf(anova_f, len(done) - 1, dof_within))
     pairs = resolvable = 0
     for i, a in enumerate(done):
         for b in done[i + 1 :]:
@@ -112,6 +125,8 @@ def summarise(rows: list[dict], functions: list[str], metric: str | None = None)
         "seed_std": seed_std,
         "ratio": (spread / seed_std) if spread and seed_std else None,
         "resolvable_pairs": (resolvable / pairs) if pairs else None,
+        "anova_f": anova_f,
+        "anova_p": anova_p,
     }
 
 
@@ -145,6 +160,8 @@ def markdown(summary: dict, proxy: str, objective: str, direction: str, cmd: str
         f"- seed std (RMS over functions): {f(summary['seed_std'])}",
         f"- spread / seed std: {f(summary['ratio'], 2)}",
         f"- function pairs resolved (|diff| > 2 SE): {f(summary['resolvable_pairs'], 2)}",
+        f"- one-way ANOVA across functions: F = {f(summary['anova_f'], 1)}, "
+        f"p = {'-' if summary['anova_p'] is None else format(summary['anova_p'], '.1e')}",
         f"- functions with >= 2 completed seeds: {summary['functions_with_seeds']}",
     ]
     return "\n".join(lines) + "\n"
@@ -221,8 +238,10 @@ def main() -> None:
         )
     # the same figures for the other metrics every trial records (which one separates best?)
     others = {}
-    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc"):
-        if metric != preset.objective and any(metric in r["metrics"] for r in rows):
+    recorded = {k for r in rows for k in r["metrics"]}
+    fd_metrics = sorted(k for k in recorded if k.startswith("fd_"))  # DiT sample quality
+    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc", *fd_metrics):
+        if metric != preset.objective and metric in recorded:
             o = summarise(rows, functions, metric)
             others[metric] = {k: o[k] for k in ("spread", "seed_std", "ratio", "resolvable_pairs")}
     if others:
@@ -243,7 +262,7 @@ def main() -> None:
         "direction": preset.direction,
         "seeds": args.seeds,
         "workers": args.workers,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - t0,  # of this run (kept from the last run that trained)
         "command": cmd,
         "finished_trials": len(rows),
         "planned_trials": len(functions) * args.seeds,
@@ -251,6 +270,9 @@ def main() -> None:
         "candidates_only": candidates_only,
         "other_metrics": others,
     }
+    previous = RESULTS / f"discriminative-{tag}.json"
+    if args.summarise_only and previous.exists():  # rewriting the table trains nothing
+        out["wall_s"] = json.loads(previous.read_text()).get("wall_s")
     (RESULTS / f"discriminative-{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(md)
     print(json.dumps({k: v for k, v in out.items() if k != "table"}))

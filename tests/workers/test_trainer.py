@@ -175,9 +175,9 @@ def test_bf16_precision_option_trains():
     assert res.config["precision"] == "bf16"
 
 
-def test_dit_intermediate_validation_is_one_draw_and_the_objective_all_draws():
+def test_dit_intermediate_validation_is_one_draw_and_the_objective_all_draws(monkeypatch):
     """Epochs before the last use one fixed draw per image; the last (the objective) uses all."""
-    from normfree.workers.trainer import TASKS
+    from normfree.workers.trainer import TASKS, DiffusionTask
 
     res = resolve(_cfg("dit-tiny", DERF))
     torch.manual_seed(0)
@@ -193,6 +193,17 @@ def test_dit_intermediate_validation_is_one_draw_and_the_objective_all_draws():
     assert cheap["val_loss"] == pytest.approx(first, rel=1e-5)
     assert full["val_loss"] == pytest.approx(every, rel=1e-5)
     assert cheap["val_loss"] != full["val_loss"]  # different draws: different estimates
-    # in a trial: the objective is the last epoch's full estimate
-    out = train_trial(_cfg("dit-tiny", DERF, epochs=2))
-    assert out.value == out.curves[-1].val_loss == out.metrics["val_loss"]
+    # in a trial: only the last epoch asks for the full estimate, and that is the objective
+    asked: list[tuple[bool, float]] = []
+
+    class Recording(DiffusionTask):  # the real task; it only records what the trainer asks
+        def evaluate(self, model, last=True):
+            out = super().evaluate(model, last=last)
+            asked.append((last, out["val_loss"]))
+            return out
+
+    monkeypatch.setitem(TASKS, "diffusion", Recording)
+    out = train_trial(_cfg("dit-tiny", DERF, epochs=3))
+    assert out.status == "complete", out.error
+    assert [last for last, _ in asked] == [False, False, True]
+    assert out.value == asked[-1][1] == out.curves[-1].val_loss == out.metrics["val_loss"]

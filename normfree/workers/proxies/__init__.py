@@ -130,13 +130,14 @@ VIT_DIGITS = Preset(
 #   at 1e-3): this screen ranks them at this lr, a short budget where fitting speed counts.
 # Result (16 candidates + LayerNorm + identity x 3 seeds): spread of means / seed std 5.26
 # (3.07 among the 16 candidates alone), 78% of function pairs resolved; LayerNorm 0.819 and
-# identity 0.822 tie, the candidates span 0.41-0.67. Trial ~25 s on an idle core.
+# identity 0.822 tie, the candidates span 0.41-0.67. Trial 43-46 s on an idle core
+# (bench/bench_trial.py, two runs).
 register(
     replace(
         VIT_DIGITS,
         config=replace(VIT_DIGITS.config, img_size=1, img_width=40, patch=4),  # 10 tokens
         dataset="mnist1d",
-        epochs=15,  # 3,500 sequences x 15 = 420 steps: ~25 s on an idle core
+        epochs=15,  # 3,500 sequences x 15 = 420 steps: 43-46 s on an idle core
         batch_size=128,
         lr=1e-3,
         warmup_epochs=2,  # 56 steps

@@ -12,11 +12,21 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Scalar = bool | int | float | str
 
 BASELINES = ("layernorm", "rmsnorm", "identity")
+
+# The papers' names for operator configurations, not only functions (one map, read by the
+# trainer's norm resolution and by reference cells): Derf = erf(alpha x + s), DyT = tanh(alpha x).
+NORM_ALIASES: dict[str, dict[str, Any]] = {
+    "derf": {"name": "erf", "shift": "scalar"},
+    "dyt": {"name": "tanh", "shift": "none"},
+    "ln": {"name": "layernorm"},
+    "rms": {"name": "rmsnorm"},
+    "none": {"name": "identity"},
+}
 
 
 class _Frozen(BaseModel):
@@ -46,6 +56,17 @@ class NormSpec(_Frozen):
     affine: bool = True
     # alpha's initial value (science.md section 1: 0.5).
     alpha0: float = 0.5
+    # False: alpha stays at alpha0 (the DyT paper's "without alpha" ablation, with alpha0 = 1).
+    learn_alpha: bool = True
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Trial and arm keys hash this model's JSON: a field added later is left out at its
+        # default, so every config stored before it existed keeps its key.
+        data = handler(self)
+        if data.get("learn_alpha") is True:
+            data.pop("learn_alpha")
+        return data
 
     @property
     def is_baseline(self) -> bool:
@@ -121,6 +142,9 @@ class TrialResult(_Frozen):
     # First step whose loss spiked (non-finite or > 2x its running EMA); None if it never did.
     # Per-slot activation maxima over training are in the diagnostics' ``extra`` (train_*).
     spike_step: int | None = None
+    # Why a diverged trial failed to train ("loss not finite", "loss 4.2x its first value",
+    # "ended near chance: val_acc 0.11"); None otherwise.
+    failure: str | None = None
     train_time_s: float = 0.0
     total_time_s: float = 0.0
     attempt: int = 1

@@ -48,6 +48,8 @@ TAGS = [
     {"name": "studies", "description": "Property studies, option studies and function searches."},
     {"name": "trials", "description": "One training run with its curves and diagnostics."},
     {"name": "leaderboards", "description": "Candidates ranked per proxy, over seeds, with CIs."},
+    {"name": "references", "description": "Published at-scale results to judge proxies by."},
+    {"name": "fidelity", "description": "How far a proxy's ranking predicts the references."},
     {"name": "health", "description": "Liveness and version."},
 ]
 
@@ -70,9 +72,11 @@ def create_app(
     from normfree.api import services
     from normfree.api.routers import (
         candidates,
+        fidelity,
         health,
         leaderboards,
         pages,
+        references,
         studies,
         trials,
     )
@@ -121,7 +125,7 @@ def create_app(
             headers={"Cache-Control": "public, max-age=86400"},
         )
 
-    for module in (health, candidates, studies, trials, leaderboards):
+    for module in (health, candidates, studies, trials, leaderboards, references, fidelity):
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app

@@ -368,3 +368,78 @@ def importance_figure(importance: dict[str, Any] | None) -> go.Figure:
         **layout,
     )
     return fig
+
+
+def _failed_position(values: Sequence[float], higher_is_better: bool) -> float:
+    """Where a 'failed to train' point sits on an axis: beyond the worst value."""
+    finite = [v for v in values if _finite(v)]
+    if not finite:
+        return 0.0
+    lo, hi = min(finite), max(finite)
+    pad = 0.25 * (hi - lo) if hi > lo else max(abs(lo) * 0.05, 0.05)
+    return lo - pad if higher_is_better else hi + pad
+
+
+def fidelity_figure(setting: dict[str, Any]) -> go.Figure:
+    """Proxy mean +- 95% CI against the reference value for one setting of a fidelity report.
+
+    A reference interval is a horizontal error bar; "failed to train" (either side) sits just
+    beyond the worst value of its axis, marked with an x. Points on a rising diagonal (falling,
+    when the two metrics point opposite ways) mean the proxy orders cells as the reference.
+    """
+    cells = setting["cells"]
+    ref_up = setting["direction"] == "maximize"
+    metric = setting["proxy_metric"]
+    xs = [c["reference"]["value"] for c in cells]
+    ys = [c["proxy"]["mean"] for c in cells]
+    proxy_up = setting.get("proxy_direction", "maximize") == "maximize"
+    x_fail = _failed_position(xs, ref_up)
+    y_fail = _failed_position(ys, proxy_up)
+    fig = go.Figure()
+    for group, failed in (("trained", False), ("failed to train (either side)", True)):
+        pts = [c for c in cells if (c["reference"]["failed"] or c["proxy"]["failed"]) == failed]
+        if not pts:
+            continue
+        x = [x_fail if c["reference"]["failed"] else c["reference"]["value"] for c in pts]
+        y = [y_fail if c["proxy"]["failed"] else c["proxy"]["mean"] for c in pts]
+        err_y = [
+            None
+            if c["proxy"]["failed"] or c["proxy"]["ci_high"] is None
+            else c["proxy"]["ci_high"] - c["proxy"]["mean"]
+            for c in pts
+        ]
+        err_x = [
+            None
+            if c["reference"]["failed"] or c["reference"]["high"] is None
+            else c["reference"]["high"] - c["reference"]["value"]
+            for c in pts
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="markers+text",
+                name=group,
+                text=[c["cell"] for c in pts],
+                textposition="top center",
+                marker={
+                    "size": 10,
+                    "symbol": "x" if failed else "circle",
+                    "color": DIVERGED_COLOR if failed else PALETTE[0],
+                },
+                error_y={"type": "data", "array": [e or 0 for e in err_y], "visible": True},
+                error_x={"type": "data", "array": [e or 0 for e in err_x], "visible": True},
+                hovertemplate="%{text}<br>reference %{x}<br>proxy %{y}<extra></extra>",
+            )
+        )
+    rho = setting.get("spearman")
+    title = setting["setting"]
+    if rho is not None:
+        title += f" (Spearman {rho:+.2f})"
+    fig.update_layout(
+        **_LAYOUT,
+        title=title,
+        xaxis_title=f"reference: {setting['metric']} ({setting['direction']})",
+        yaxis_title=f"proxy: {metric}, mean ± 95% CI",
+    )
+    return fig

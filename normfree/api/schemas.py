@@ -123,11 +123,30 @@ class LeaderboardRow(_Out):
     )
 
 
+class FidelitySummary(_Out):
+    """How far a ranking predicts published at-scale results (the full report: /api/fidelity)."""
+
+    reference: str = Field(description="The reference set compared with (default: published).")
+    headline: str = Field(description="One line: orders reproduced, mean Spearman, failures.")
+    cells: int = 0
+    settings_compared: int = 0
+    spearman_mean: float | None = None
+    kendall_mean: float | None = None
+    pairs_resolvable: int = 0
+    pairs_agree: int = 0
+    pair_agreement: float | None = None
+    failure_agreement: float | None = None
+    url: str = Field(description="The fidelity page of this proxy or study.")
+
+
 class LeaderboardPublic(_Out):
     proxy: str
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
     filters: dict[str, Any] = Field(default_factory=dict)
+    fidelity: FidelitySummary | None = Field(
+        default=None, description="The proxy's fidelity to the built-in published results."
+    )
     rows: list[LeaderboardRow]
 
 
@@ -311,6 +330,9 @@ class TrialPublic(_Out):
     spike_step: int | None = Field(
         default=None, description="training step where the loss first spiked (or diverged)"
     )
+    failure: str | None = Field(
+        default=None, description="why a diverged trial failed to train (None otherwise)"
+    )
     train_time_s: float | None = None
     total_time_s: float | None = None
     worker: str | None = None
@@ -336,3 +358,48 @@ class Version(_Out):
     name: str = "normfree"
     version: str
     api: str = "1"
+
+
+# ------------------------------------------------------------------------------------ references
+
+
+class ReferenceSetPublic(_Out):
+    """A stored reference set (published at-scale results)."""
+
+    name: str
+    title: str = ""
+    source: str
+    description: str = ""
+    builtin: bool = False
+    submitter: str | None = None
+    created_at: datetime | None = None
+    n_rows: int
+    settings: list[str] = Field(default_factory=list)
+
+
+class ReferenceSetDetail(ReferenceSetPublic):
+    rows: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="setting, family, metric, direction, resolution, cell {function, shift, "
+        "alpha}, value_low, value_high, failed, note (and value = the interval's midpoint).",
+    )
+
+
+class ReferenceSetList(_Out):
+    count: int
+    items: list[ReferenceSetPublic]
+
+
+class FidelityReport(_Out):
+    """Fidelity of a proxy (or a study) to a reference set; see normfree.fidelity.report."""
+
+    reference: dict[str, Any]
+    subject: dict[str, Any]
+    family: str
+    headline: str
+    summary: dict[str, Any]
+    settings: list[dict[str, Any]] = Field(
+        description="Per setting: cells both have, Spearman and Kendall with bootstrap "
+        "intervals over seeds, pairwise orders, failure agreement, scatter data."
+    )
+    not_compared: list[str] = Field(default_factory=list)

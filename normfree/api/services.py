@@ -674,11 +674,21 @@ def leaderboard(
             )
         )
     filters = {"group": group, "property": properties or [], "study_id": study_id}
+    from normfree.api import fidelity
+
+    fid = (
+        fidelity.summary(state, study_id=study_id)
+        if study_id is not None
+        else fidelity.summary(state, proxy=proxy)
+        if _known_proxy(proxy)
+        else None
+    )
     return S.LeaderboardPublic(
         proxy=proxy,
         objective=objective,
         direction=direction,
         filters={k: v for k, v in filters.items() if v},
+        fidelity=fid,
         rows=out,
     )
 

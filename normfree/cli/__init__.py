@@ -13,7 +13,7 @@ import click
 from normfree import __version__
 
 # Command modules, imported in this order to register their groups on ``main``.
-COMMAND_MODULES = ("candidates", "train", "study", "serve", "demo", "cluster")
+COMMAND_MODULES = ("candidates", "train", "study", "reference", "serve", "demo", "cluster")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import nn
 
-from normfree.kernels._module import PointwiseNorm, Shift
+from normfree.kernels._module import AlphaParam, PointwiseNorm, Shift
 from normfree.kernels._ops import Backend
 from normfree.search_space import catalog, parse
 from normfree.specs import NormSpec
@@ -26,6 +26,8 @@ def create_norm(
     shift: Shift | None = None,
     affine: bool | None = None,
     alpha0: float | None = None,
+    learn_alpha: bool | None = None,
+    alpha_param: AlphaParam = "linear",
     backend: Backend = "auto",
 ) -> nn.Module:
     """A norm layer for ``dim`` channels from a name, a formula, a Candidate or a NormSpec.
@@ -34,12 +36,13 @@ def create_norm(
     ``nn.RMSNorm``, ``nn.Identity``); anything else goes through ``catalog.resolve`` (a catalog
     name, a transform call such as ``"shift_h(erf, 0.5)"``, or a formula). A NormSpec brings its
     own options; keyword arguments given here override them. Defaults: shift "none", affine on,
-    alpha0 0.5 (science.md section 1).
+    alpha0 0.5, alpha learnable (science.md section 1).
     """
     if isinstance(spec, NormSpec):
         shift = spec.shift if shift is None else shift
         affine = spec.affine if affine is None else affine
         alpha0 = spec.alpha0 if alpha0 is None else alpha0
+        learn_alpha = spec.learn_alpha if learn_alpha is None else learn_alpha
         if spec.is_baseline:
             return create_norm(spec.name, dim, affine=affine)
         candidate = _resolve_candidate(spec.name, spec.formula)
@@ -63,6 +66,8 @@ def create_norm(
         shift=shift or "none",
         affine=True if affine is None else affine,
         alpha0=0.5 if alpha0 is None else alpha0,
+        learn_alpha=True if learn_alpha is None else learn_alpha,
+        alpha_param=alpha_param,
         backend=backend,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -10,6 +11,7 @@ from torch import Tensor, nn
 from normfree.kernels._ops import Backend, CandidateLike, compile_candidate, pointwise_norm
 
 Shift = Literal["none", "scalar", "channel"]
+AlphaParam = Literal["linear", "log"]
 
 
 class PointwiseNorm(nn.Module):
@@ -29,6 +31,8 @@ class PointwiseNorm(nn.Module):
         shift: Shift = "none",
         affine: bool = True,
         alpha0: float = 0.5,
+        learn_alpha: bool = True,
+        alpha_param: AlphaParam = "linear",
         backend: Backend = "auto",
     ) -> None:
         super().__init__()
@@ -40,7 +44,22 @@ class PointwiseNorm(nn.Module):
         self.affine = affine
         self.backend: Backend = backend
         self._op = compile_candidate(candidate)
-        self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
+        if alpha_param not in ("linear", "log"):
+            raise ValueError(f"alpha_param must be 'linear' or 'log', got {alpha_param!r}")
+        self.alpha_param = alpha_param if learn_alpha else "linear"
+        if self.alpha_param == "log":
+            # alpha = sign * exp(log_alpha): Adam's steps on log_alpha are relative changes of
+            # alpha, so alpha travels by factors (0.5 -> 0.05 as easily as 0.5 -> 5) and never
+            # crosses zero, however large its learning rate.
+            if alpha0 == 0:
+                raise ValueError("alpha_param='log' needs a non-zero alpha0")
+            self.register_buffer("alpha_sign", torch.tensor(1.0 if alpha0 > 0 else -1.0))
+            self.log_alpha = nn.Parameter(torch.tensor(math.log(abs(float(alpha0)))))
+        else:
+            # a fixed alpha stays a (frozen) parameter: same state_dict, same diagnostics
+            self.register_parameter(
+                "alpha", nn.Parameter(torch.tensor(float(alpha0)), requires_grad=learn_alpha)
+            )
         if shift == "scalar":
             self.s = nn.Parameter(torch.zeros(()))
         elif shift == "channel":
@@ -54,14 +73,29 @@ class PointwiseNorm(nn.Module):
             self.register_parameter("gamma", None)
             self.register_parameter("beta", None)
 
+    @property
+    def alpha(self) -> Tensor:
+        """alpha as the operator uses it (0-d), whichever way it is parameterised."""
+        if self.alpha_param == "log":
+            return self.alpha_sign * self.log_alpha.exp()
+        try:
+            return self._parameters["alpha"]  # type: ignore[return-value]
+        except KeyError:  # during __init__, before it is registered
+            raise AttributeError("alpha") from None
+
     def forward(self, x: Tensor) -> Tensor:
         return pointwise_norm(
             x, self._op, self.alpha, self.s, self.gamma, self.beta, backend=self.backend
         )
 
     def no_decay_parameters(self) -> list[nn.Parameter]:
-        return [p for p in (self.alpha, self.s, self.gamma, self.beta) if p is not None]
+        scalar = self.log_alpha if self.alpha_param == "log" else self.alpha
+        return [
+            p for p in (scalar, self.s, self.gamma, self.beta) if p is not None and p.requires_grad
+        ]
 
     def extra_repr(self) -> str:
         name = getattr(self.candidate, "name", "?")
-        return f"{name}, {self.dim}, shift={self.shift}, affine={self.affine}"
+        fixed = "" if self.alpha.requires_grad else f", alpha fixed at {float(self.alpha):g}"
+        fixed += ", log alpha" if self.alpha_param == "log" else ""
+        return f"{name}, {self.dim}, shift={self.shift}, affine={self.affine}{fixed}"

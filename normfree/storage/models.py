@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -193,6 +194,8 @@ class TrialRow(Base):
     diverged_at_step: Mapped[int | None] = mapped_column(Integer)
     # first loss-spike step (issue 9; a divergence counts as one); NULL: none, or before 0005
     spike_step: Mapped[int | None] = mapped_column(Integer)
+    # why a DIVERGED trial failed to train (non-finite loss, blow-up, no learning); NULL before 0006
+    failure: Mapped[str | None] = mapped_column(String(300))
     train_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     total_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     worker: Mapped[str | None] = mapped_column(String(200))
@@ -262,3 +265,50 @@ class ApiTokenRow(Base):
     scopes: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column()
+
+
+class ReferenceSetRow(Base):
+    """A reference set: published at-scale results a proxy's fidelity is measured against."""
+
+    __tablename__ = "reference_sets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    title: Mapped[str] = mapped_column(String(300), default="")
+    source: Mapped[str] = mapped_column(Text)  # the citation(s)
+    description: Mapped[str] = mapped_column(Text, default="")
+    builtin: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitter: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    rows: Mapped[list[ReferenceEntryRow]] = relationship(
+        order_by="ReferenceEntryRow.position", passive_deletes=True
+    )
+
+
+class ReferenceEntryRow(Base):
+    """One published outcome: a setting, a cell (function + options), a value or a failure.
+
+    ``cell_key`` is what the cell computes (fidelity.reference.cell_key), so ``shift_h(erf, 0)``
+    and ``erf`` are one cell; a setting holds a cell once.
+    """
+
+    __tablename__ = "reference_rows"
+    __table_args__ = (UniqueConstraint("set_id", "setting", "cell_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    set_id: Mapped[int] = mapped_column(ForeignKey("reference_sets.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)  # order of the rows as imported
+    setting: Mapped[str] = mapped_column(String(200))
+    family: Mapped[str] = mapped_column(String(10))
+    metric: Mapped[str] = mapped_column(String(20))
+    direction: Mapped[str] = mapped_column(String(10))
+    resolution: Mapped[float] = mapped_column(FiniteFloat)
+    function: Mapped[str] = mapped_column(String(300))
+    shift: Mapped[str] = mapped_column(String(10), default="none")
+    alpha: Mapped[float | None] = mapped_column(FiniteFloat)  # NULL: learnable
+    cell_key: Mapped[str] = mapped_column(String(200))
+    value_low: Mapped[float | None] = mapped_column(FiniteFloat)
+    value_high: Mapped[float | None] = mapped_column(FiniteFloat)
+    failed: Mapped[bool] = mapped_column(Boolean, default=False)
+    note: Mapped[str] = mapped_column(Text, default="")

@@ -92,7 +92,10 @@ def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) ->
         finite = all(math.isfinite(v) for d in layers for v in (d.input_std or 0, d.grad_norm or 0))
 
         # survival and instability: a few aggressive steps, activations monitored
-        opt = torch.optim.AdamW(param_groups(model, p.weight_decay), lr=lr)
+        groups = param_groups(model, p.weight_decay, p.scalar_lr_mult, p.norm_lr_mult)
+        for g in groups:
+            g["lr"] = lr * g["lr_mult"]
+        opt = torch.optim.AdamW(groups, lr=lr)
         gen = torch.Generator().manual_seed(seed)
         n = len(task.y_train)
         losses = []

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 # Options that configure the norm itself (NormSpec fields); all others override the proxy config.
-NORM_OPTIONS = ("shift", "alpha0", "affine")
+NORM_OPTIONS = ("shift", "alpha0", "affine", "learn_alpha")
 # How people spell "no LayerScale" on the command line; the proxies read 0.0 as off.
 _OFF = ("off", "none", "no", "false")
 # Parameter names inside the Optuna study of a search.

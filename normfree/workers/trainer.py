@@ -22,6 +22,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from torch import nn
 from normfree.settings import Settings, get_settings
 from normfree.specs import (
     BASELINES,
+    NORM_ALIASES,
     EpochRecord,
     LayerDiagnostic,
     NormSpec,
@@ -49,15 +51,6 @@ EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not
 # backward after every epoch; at 256 it cost dit-digits 0.38 s per 1.6 s epoch (23 s of a trial),
 # and 64 examples (1,024 token rows per slot on the DiT) already pin the statistics down.
 DIAG_BATCH = 64
-
-# Names that mean an operator configuration, not only a function (the papers' names).
-NORM_ALIASES: dict[str, dict[str, Any]] = {
-    "derf": {"name": "erf", "shift": "scalar"},  # Derf = erf(alpha x + s)
-    "dyt": {"name": "tanh", "shift": "none"},  # DyT = tanh(alpha x)
-    "ln": {"name": "layernorm"},
-    "rms": {"name": "rmsnorm"},
-    "none": {"name": "identity"},
-}
 
 
 def resolve_alias(spec: NormSpec) -> NormSpec:
@@ -79,8 +72,11 @@ def parse_norm(text: str, **fields: Any) -> NormSpec:
     )
 
 
-def norm_factory(spec: NormSpec, affine: bool = True) -> Callable[[int], nn.Module]:
-    """``dim -> norm module`` for every slot of a proxy; ``affine`` False for DiT's norms."""
+def norm_factory(
+    spec: NormSpec, affine: bool = True, alpha_param: str = "linear"
+) -> Callable[[int], nn.Module]:
+    """``dim -> norm module`` for every slot of a proxy; ``affine`` False for DiT's norms;
+    ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param)."""
     spec = resolve_alias(spec)
     affine = affine and spec.affine
     try:
@@ -102,9 +98,15 @@ def norm_factory(spec: NormSpec, affine: bool = True) -> Callable[[int], nn.Modu
     def make(dim: int) -> nn.Module:
         if resolved:
             return create_norm(
-                resolved[0], dim, shift=spec.shift, affine=affine, alpha0=spec.alpha0
+                resolved[0],
+                dim,
+                shift=spec.shift,
+                affine=affine,
+                alpha0=spec.alpha0,
+                learn_alpha=spec.learn_alpha,
+                alpha_param=alpha_param,
             )
-        module = create_norm(target, dim)
+        module = create_norm(target, dim, alpha_param=alpha_param)
         if getattr(module, "candidate", None) is not None:
             resolved.append(module.candidate)
         return module
@@ -199,29 +201,54 @@ def resolve(config: TrialConfig) -> Resolved:
 
 def build_model(res: Resolved) -> nn.Module:
     """The proxy with every norm slot filled by the resolved norm (uses the global torch RNG)."""
-    factory = norm_factory(res.norm, affine=res.preset.norm_affine)
+    factory = norm_factory(
+        res.norm, affine=res.preset.norm_affine, alpha_param=res.preset.alpha_param
+    )
     return res.preset.build(res.model_config, factory)
 
 
 # --------------------------------------------------------------------------- optimisation
-NO_DECAY_NAMES = ("alpha", "s", "gamma", "beta")
+NO_DECAY_NAMES = ("alpha", "log_alpha", "s", "gamma", "beta")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay only >=2-D weights that are not norm parameters."""
-    decay, no_decay = [], []
+SCALAR_NAMES = ("alpha", "log_alpha", "s")  # the pointwise operator's scalars (science.md 1)
+
+
+def _is_norm_param(name: str) -> bool:
+    """A parameter of a norm slot (``norm1``, ``norm2``, ``norm_final``, ...)."""
+    return any(part.startswith("norm") for part in name.split(".")[:-1])
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, scalar_lr_mult: float = 1.0, norm_lr_mult: float = 1.0
+) -> list[dict[str, Any]]:
+    """AdamW groups: decay only >=2-D weights that are not norm parameters.
+
+    Norm parameters get their own learning-rate multipliers (``lr_mult`` in the group; the
+    trainer multiplies each step's lr by it): ``scalar_lr_mult`` for a pointwise norm's ``alpha``
+    and ``s``, ``norm_lr_mult`` for every other norm parameter (gamma/beta, LayerNorm's and
+    RMSNorm's weight and bias). See ``Preset.scalar_lr_mult`` for why a proxy needs them.
+    """
+    decay, no_decay, scalars, norms = [], [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         leaf = name.rsplit(".", 1)[-1]
-        if p.ndim < 2 or leaf in NO_DECAY_NAMES or ".norm" in f".{name}":
+        if _is_norm_param(name) and leaf in SCALAR_NAMES:
+            scalars.append(p)
+        elif _is_norm_param(name):
+            norms.append(p)
+        elif p.ndim < 2 or leaf in NO_DECAY_NAMES:
             no_decay.append(p)
         else:
             decay.append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "lr_mult": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
+        {"params": norms, "weight_decay": 0.0, "lr_mult": float(norm_lr_mult)},
+        {"params": scalars, "weight_decay": 0.0, "lr_mult": float(scalar_lr_mult)},
     ]
+    return [g for g in groups if g["params"]]
 
 
 def lr_at(step: int, total: int, warmup: int, base: float, schedule: str) -> float:
@@ -269,10 +296,20 @@ class ClassifyTask:
             torch.from_numpy(d.y_test[: p.max_eval]),
         )
         self.smoothing = p.label_smoothing
+        self.mixup = p.mixup
+        self.num_classes = d.num_classes
 
     def loss(self, model: nn.Module, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        logits = model(self.x_train[idx])
-        return F.cross_entropy(logits, self.y_train[idx], label_smoothing=self.smoothing)
+        x, y = self.x_train[idx], self.y_train[idx]
+        if self.mixup <= 0:
+            return F.cross_entropy(model(x), y, label_smoothing=self.smoothing)
+        # mixup (the official ViT recipe's regulariser): one Beta(a, a) weight per batch (torch's
+        # RNG, seeded per trial) and a random pairing within it from the trial's generator
+        lam = float(torch.distributions.Beta(self.mixup, self.mixup).sample())
+        perm = torch.randperm(len(idx), generator=gen).to(x.device)
+        logits = model(lam * x + (1 - lam) * x[perm])
+        ce = partial(F.cross_entropy, label_smoothing=self.smoothing)
+        return lam * ce(logits, y) + (1 - lam) * ce(logits, y[perm])
 
     def diag_loss(self, model: nn.Module) -> torch.Tensor:
         n = min(DIAG_BATCH, len(self.y_train))
@@ -415,6 +452,37 @@ def move_task(task: object, device: torch.device) -> None:
             setattr(task, name, value.to(device))
 
 
+# ------------------------------------------------------------------------ failure to train
+def _blowup_reason(loss: float, first: float, step: int) -> str:
+    if not math.isfinite(loss):
+        return f"loss not finite at step {step}"
+    return f"loss {loss:.4g} at step {step}, {loss / first:.3g}x the first step's {first:.4g}"
+
+
+def no_learning(p: Preset, metrics: dict[str, float], first: float, task: object) -> str | None:
+    """Why a completed run counts as *failed to train* (science.md 7), or None if it learned.
+
+    A run must close at least ``p.min_learning`` of the gap between the untrained level and
+    perfection: classification, validation accuracy above chance by that fraction of
+    (1 - chance); diffusion, the validation loss below the first step's loss (the untrained
+    model's, about that of predicting zero noise) by that fraction. A run that ends near the
+    untrained level has failed as surely as one whose loss went to NaN.
+    """
+    if p.min_learning <= 0:
+        return None
+    if p.task == "classify":
+        acc = metrics.get("val_acc")
+        chance = 1.0 / max(2, int(getattr(task, "num_classes", 10)))
+        if acc is not None and (acc - chance) < p.min_learning * (1 - chance):
+            return f"ended near chance: val_acc {acc:.3g} (chance {chance:.3g})"
+        return None
+    loss = metrics.get("val_loss")
+    learned = loss is not None and math.isfinite(first) and first > 0
+    if learned and (first - loss) < p.min_learning * first:  # type: ignore[operator]
+        return f"ended near the untrained loss: val_loss {loss:.4g} (first step {first:.4g})"
+    return None
+
+
 # -------------------------------------------------------------------------------- trainer
 def train_trial(
     config: TrialConfig, report: Callable[[EpochRecord], bool | None] | None = None
@@ -429,6 +497,8 @@ def train_trial(
     curves: list[EpochRecord] = []
     diags: list[LayerDiagnostic] = []
     status, diverged_at, error = "complete", None, None
+    failure: str | None = None  # why a diverged run failed to train
+    first = math.nan  # the first step's loss: the untrained model's
     spike_step: int | None = None
     metrics: dict[str, float] = {}
     eval_train_loss = None
@@ -439,9 +509,8 @@ def train_trial(
             task = TASKS[p.task](res)
             move_task(task, device)
             gen = torch.Generator().manual_seed(config.seed)
-            opt = torch.optim.AdamW(
-                param_groups(model, p.weight_decay), lr=p.lr, betas=(0.9, 0.999)
-            )
+            groups = param_groups(model, p.weight_decay, p.scalar_lr_mult, p.norm_lr_mult)
+            opt = torch.optim.AdamW(groups, lr=p.lr, betas=(0.9, 0.999))
             n = len(task.y_train)
             batches = [None] * math.ceil(n / p.batch_size)
             total = p.epochs * len(batches)
@@ -462,7 +531,7 @@ def train_trial(
                 for i, idx in enumerate(perm.split(p.batch_size)):
                     lr = lr_at(step, total, warmup, p.lr, p.schedule)
                     for g in opt.param_groups:
-                        g["lr"] = lr
+                        g["lr"] = lr * g.get("lr_mult", 1.0)
                     monitor.enabled = True
                     with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
                         loss = task.loss(model, idx, gen).float()
@@ -485,6 +554,7 @@ def train_trial(
                         if bool(bad.any()):
                             first_bad = int(bad.nonzero()[0, 0])
                             diverged_at = step - (i + 1 - checked) + first_bad + 1
+                            failure = _blowup_reason(float(window[first_bad]), first, diverged_at)
                             break
                         checked = i + 1
                 train_time += time.perf_counter() - t0
@@ -498,6 +568,7 @@ def train_trial(
                 val = task.evaluate(model, last=epoch == p.epochs)
                 if not all(math.isfinite(v) for v in val.values()):
                     status, diverged_at = "diverged", step
+                    failure = f"validation metrics not finite after step {step}"
                     diags += diagnostics.monitor_records(monitor.take(), epoch)
                     break
                 rec = EpochRecord(
@@ -527,11 +598,14 @@ def train_trial(
                 final, eval_train_loss = task.final(model)
                 metrics = {**curves[-1].metrics, "train_loss": curves[-1].train_loss, **final}
                 metrics["samples_per_s"] = step * p.batch_size / max(train_time, 1e-9)
+                failure = no_learning(p, metrics, first, task)
+                if failure is not None:
+                    status = "diverged"  # failed to train: counted as a failure, not a score
         except Exception as exc:  # a bug or a kernel failure: a failed trial, with its reason
             status, error = "failed", "".join(traceback.format_exception_only(exc)).strip()
             error += "\n" + traceback.format_exc(limit=-3)
-    if status == "diverged":
-        metrics = {}
+    if status == "diverged" and diverged_at is not None:
+        metrics = {}  # a blow-up leaves no meaningful final metrics
     return TrialResult(
         status=status,
         metrics=metrics,
@@ -542,6 +616,7 @@ def train_trial(
         eval_train_loss=eval_train_loss,
         diverged_at_step=diverged_at,
         spike_step=spike_step,
+        failure=failure if status == "diverged" else None,
         train_time_s=train_time,
         total_time_s=time.perf_counter() - t_start,
         error=error,

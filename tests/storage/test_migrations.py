@@ -17,6 +17,7 @@ from normfree.storage import Database, Repository, optuna_storage_url
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
+HEAD = "0006"  # the newest revision
 
 
 def head(db: Database) -> str:
@@ -34,7 +35,7 @@ def _nullable(insp: Any, table: str, column: str) -> bool:
 
 def test_migrated_schema_matches_models(db: Database) -> None:
     """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
-    assert db.current_revision() == head(db) == "0005"
+    assert db.current_revision() == head(db) == HEAD
     with db.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(ctx, Base.metadata) == []
@@ -43,12 +44,12 @@ def test_migrated_schema_matches_models(db: Database) -> None:
 def test_migrate_is_idempotent(db: Database) -> None:
     db.migrate()
     db.migrate()
-    assert db.current_revision() == "0005"
+    assert db.current_revision() == HEAD
 
 
 def test_revisions_add_what_they_say(database_url: str) -> None:
     """0001: tables and keys; 0002: indexes, api_tokens; 0003: releases; 0004: NULL losses;
-    0005: spike_step."""
+    0005: spike_step; 0006: reference sets, trials.failure."""
     db = Database(database_url)
     try:
         db.migrate("0001")
@@ -73,8 +74,14 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
         insp = inspect(db.engine)
         assert _nullable(insp, "trial_metrics", "train_loss")
         assert "spike_step" not in {c["name"] for c in insp.get_columns("trials")}
+        db.migrate("0005")
+        insp = inspect(db.engine)
+        assert _nullable(insp, "trials", "spike_step")
+        assert "reference_sets" not in insp.get_table_names()
         db.migrate()
-        assert _nullable(inspect(db.engine), "trials", "spike_step")
+        insp = inspect(db.engine)
+        assert {"reference_sets", "reference_rows"} <= set(insp.get_table_names())
+        assert _nullable(insp, "trials", "failure")
     finally:
         db.dispose()
 
@@ -86,7 +93,7 @@ def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
     try:
         assert db.current_revision() == "0001"
         db.migrate()
-        assert db.current_revision() == "0005"
+        assert db.current_revision() == HEAD
         repo = Repository(db)
         cand = repo.get_candidate("erf")
         assert cand is not None
@@ -101,6 +108,7 @@ def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
         assert trial is not None
         assert (trial["status"], trial["value"], trial["candidate"]) == ("COMPLETE", 0.91, "erf")
         assert trial["spike_step"] is None  # 0005's column: NULL for rows written before it
+        assert trial["failure"] is None  # 0006's
         assert trial["created_at"].startswith("2026-11-01T12:00:00")
         assert [c["val_loss"] for c in trial["curves"]] == [0.4]
         (row,) = repo.leaderboard("vit-digits")
@@ -154,7 +162,7 @@ def test_optuna_study_lives_beside_ours(db: Database) -> None:
         st.optimize(lambda t: t.suggest_float("x", -1, 1) ** 2, n_trials=2)
         assert len(optuna.load_study(study_name="normfree-study-1", storage=url).trials) == 2
         # our schema is untouched by Optuna's
-        assert db.current_revision() == "0005"
+        assert db.current_revision() == HEAD
         assert "trial_key" in {c["name"] for c in inspect(db.engine).get_columns("trials")}
     finally:
         if created:
@@ -187,6 +195,6 @@ def test_downgrade_to_base_and_back(database_url: str) -> None:
         assert db.current_revision() is None
         assert "trials" not in inspect(db.engine).get_table_names()
         db.migrate()
-        assert db.current_revision() == "0005"
+        assert db.current_revision() == HEAD
     finally:
         db.dispose()

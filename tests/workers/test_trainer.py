@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -117,14 +118,35 @@ def test_aliases():
 
 def test_weight_decay_groups_exclude_norm_params_and_1d():
     model = build_model(resolve(_cfg("vit-tiny", DERF)))
-    decay, no_decay = param_groups(model, 0.05)
+    decay, no_decay, norms, scalars = param_groups(model, 0.05, scalar_lr_mult=3.0)
     decayed = {id(p) for p in decay["params"]}
     for name, p in model.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
         if leaf in ("alpha", "s", "gamma", "beta") or p.ndim < 2:
             assert id(p) not in decayed, name
     assert id(model.blocks[0].attn.qkv.weight) in decayed
-    assert no_decay["weight_decay"] == 0.0
+    assert no_decay["weight_decay"] == norms["weight_decay"] == scalars["weight_decay"] == 0.0
+    # alpha and s get their own learning-rate multiplier; gamma/beta the norms' (here 1)
+    assert {id(p) for p in scalars["params"]} == {
+        id(p) for n, p in model.named_parameters() if n.rsplit(".", 1)[-1] in ("alpha", "s")
+    }
+    assert (scalars["lr_mult"], norms["lr_mult"], decay["lr_mult"]) == (3.0, 1.0, 1.0)
+
+
+def test_fixed_and_log_alpha():
+    """learn_alpha=False freezes alpha at alpha0 (the DyT "without alpha" ablation); a preset's
+    alpha_param="log" trains log(alpha) instead, and alpha never changes sign."""
+    fixed = train_trial(_cfg("vit-tiny", NormSpec(name="tanh", alpha0=1.0, learn_alpha=False)))
+    assert fixed.status == "complete"
+    assert {d.alpha for d in fixed.diagnostics if d.alpha is not None} == {1.0}
+    learned = train_trial(_cfg("vit-tiny", NormSpec(name="tanh")))
+    assert len({d.alpha for d in learned.diagnostics if d.alpha is not None}) > 1
+    res = resolve(_cfg("vit-tiny", DERF))
+    log = replace(res, preset=replace(res.preset, alpha_param="log"))
+    model = build_model(log)
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_parameters()}
+    assert "log_alpha" in names and "alpha" not in names
+    assert float(model.norm_final.alpha) == pytest.approx(0.5)
 
 
 def test_lr_schedule_warmup_then_cosine():

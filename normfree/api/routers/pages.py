@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
-from normfree.api import plots, services
+from normfree.api import fidelity, plots, services
 from normfree.api.deps import Reader, StateDep, check_token
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.schemas import CandidateCreate
@@ -198,6 +198,43 @@ def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdP
         figures.append(plots.to_div(plots.alpha_figure(diags), "alpha-figure"))
         figures.append(plots.to_div(plots.layers_figure(diags), "layers-figure"))
     return _render(request, "trial.html", trial=trial, figures=figures)
+
+
+@router.get("/fidelity", response_class=HTMLResponse, name="page_fidelity")
+def page_fidelity(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    proxy: Annotated[str | None, Query(max_length=100)] = None,
+    study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    reference: Annotated[str, Query(max_length=100)] = "published",
+) -> Response:
+    """A proxy's (or study's) fidelity to a reference set: per setting, proxy vs reference
+    scatter, rank correlations with bootstrap intervals, published orders, failures."""
+    proxies = services.proxies_with_results(state)
+    references = [r.name for r in fidelity.list_references(state).items]
+    if study_id is None and not proxy:
+        proxy = proxies[0] if proxies else None
+    report = None
+    figures: list[str] = []
+    if proxy or study_id is not None:
+        report = fidelity.report(
+            state, proxy=None if study_id is not None else proxy, study_id=study_id,
+            reference=reference,
+        )  # fmt: skip
+        for i, setting in enumerate(report.settings):
+            figures.append(plots.to_div(plots.fidelity_figure(setting), f"fidelity-figure-{i}"))
+    return _render(
+        request,
+        "fidelity.html",
+        report=report,
+        figures=figures,
+        proxy=proxy,
+        study_id=study_id,
+        proxies=proxies,
+        reference=reference,
+        references=references,
+    )
 
 
 @router.get("/submit", response_class=HTMLResponse, name="page_submit")

@@ -39,6 +39,7 @@ class Preset:
     warmup_epochs: float
     schedule: Literal["cosine", "constant"] = "cosine"
     label_smoothing: float = 0.0
+    mixup: float = 0.0  # classification: Beta(a, a) mixup of each batch (0 = off)
     objective: str = "val_acc"
     direction: Literal["maximize", "minimize"] = "maximize"
     # False for DiT: its norms carry no gamma/beta, adaLN modulates instead (science.md 1, 6).
@@ -46,12 +47,28 @@ class Preset:
     max_train: int | None = None  # use only the first N training examples (tiny presets)
     max_eval: int | None = None  # ... and the first N validation/test examples
     divergence_factor: float = 4.0  # loss above factor x initial loss counts as diverged
+    # A completed run that closes less than this fraction of the gap between the untrained
+    # level and perfect (accuracy over chance; diffusion loss under the first step's) failed to
+    # train (trainer.no_learning). 0 = off.
+    min_learning: float = 0.1
     grad_clip: float = 0.0  # 0 = off: clipping would hide the instability being measured
     # "bf16": forward passes under CPU/GPU bf16 autocast (a stress axis: reduced precision)
     precision: Literal["fp32", "bf16"] = "fp32"
+    # Learning-rate multiplier of the pointwise norms' scalars alpha and s (not LayerNorm's
+    # parameters, not gamma/beta). 1.0 = the model's lr, as at scale.
+    scalar_lr_mult: float = 1.0
+    norm_lr_mult: float = 1.0  # ... of every other norm parameter (gamma/beta, LN weight/bias)
+    # How a pointwise norm's alpha is parameterised: "linear" (a plain scalar, as the papers)
+    # or "log" (alpha = exp(log_alpha): relative steps, never crossing zero).
+    alpha_param: Literal["linear", "log"] = "linear"
     fd_samples: int = 0  # diffusion: samples generated for the fd_<dataset>_clf score (0 = off)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # free-form options of derived presets
+
+    @property
+    def family(self) -> str:
+        """The model family reference results speak about: "vit" or "dit"."""
+        return "dit" if self.task == "diffusion" else "vit"
 
     def config_fields(self) -> list[str]:
         return [f.name for f in fields(self.config)]
@@ -61,6 +78,7 @@ class Preset:
         return {
             "name": self.name,
             "task": self.task,
+            "family": self.family,
             "dataset": self.dataset,
             "epochs": self.epochs,
             "batch_size": self.batch_size,
@@ -168,6 +186,7 @@ register(
         max_train=512,
         max_eval=256,
         warmup_epochs=0.5,
+        min_learning=0.0,  # two epochs on 512 images barely start learning: a smoke test only
         description="Smoke-test ViT (2 blocks, dim 32, 512 digits, 2 epochs): a trial in ~1 s.",
     )
 )
@@ -226,6 +245,7 @@ register(
         epochs=2,
         max_train=512,
         max_eval=256,
+        min_learning=0.0,  # two short epochs barely start learning: a smoke test only
         description="Smoke-test DiT (2 blocks, dim 32, T=50, 512 digits, 2 epochs).",
         fd_samples=0,
     )

@@ -1,0 +1,162 @@
+"""Reference sets and fidelity reports for the API and the pages (service functions).
+
+The routers stay thin: they call these functions, which turn storage and report results into
+the public schemas and every refusal into an :class:`~normfree.api.errors.ApiError` with the
+reason (an unknown cell name says which row and why; nothing of a refused set is stored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from typing import Any
+from urllib.parse import urlencode
+
+from normfree.api import schemas as S
+from normfree.api.errors import ApiError
+from normfree.fidelity.reference import ReferenceError, build_set, from_csv, to_csv
+from normfree.fidelity.report import headline
+from normfree.storage.references import BUILTIN_NAME, ReferenceExists, ReferenceStore
+
+log = logging.getLogger(__name__)
+
+
+def _store(state: Any) -> ReferenceStore:
+    store = ReferenceStore(state.db)
+    store.ensure_builtin()
+    return store
+
+
+def list_references(state: Any) -> S.ReferenceSetList:
+    items = [S.ReferenceSetPublic(**r) for r in _store(state).list()]
+    return S.ReferenceSetList(count=len(items), items=items)
+
+
+def get_reference(state: Any, name: str) -> S.ReferenceSetDetail:
+    found = _store(state).describe(name)
+    if found is None:
+        raise ApiError(404, "not_found", f"no reference set {name!r:.200}; see /api/references")
+    return S.ReferenceSetDetail(**found)
+
+
+def reference_csv(state: Any, name: str) -> str:
+    ref = _store(state).get(name)
+    if ref is None:
+        raise ApiError(404, "not_found", f"no reference set {name!r:.200}; see /api/references")
+    return to_csv(ref)
+
+
+def import_reference(
+    state: Any,
+    body: bytes,
+    content_type: str,
+    *,
+    submitter: str,
+    name: str | None,
+    title: str,
+    source: str | None,
+    replace: bool,
+) -> S.ReferenceSetPublic:
+    """Validate and store a set sent as JSON (the whole set) or CSV (rows; name and source in
+    the query). 422 with every bad row, 409 when the name exists and ``replace`` is off."""
+    try:
+        if content_type.startswith("text/csv"):
+            if not name or not source:
+                raise ApiError(
+                    422, "invalid", "a CSV import needs ?name=...&source=... (the citation)"
+                )
+            ref = from_csv(body.decode("utf-8"), name=name, source=source, title=title)
+        elif content_type.startswith("application/json") or not content_type:
+            data = json.loads(body.decode("utf-8"))
+            if not isinstance(data, dict):
+                raise ApiError(422, "invalid", "the JSON body must be an object (a reference set)")
+            ref = build_set(data)
+        else:
+            raise ApiError(
+                415, "unsupported_media_type", "send application/json (a set) or text/csv (rows)"
+            )
+    except UnicodeDecodeError:
+        raise ApiError(422, "invalid", "the body is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(422, "invalid", f"the body is not JSON: {exc.msg} at {exc.pos}") from None
+    except ReferenceError as exc:
+        raise ApiError(422, "invalid_reference", f"reference set refused: {exc}"[:4000]) from None
+    try:
+        out = _store(state).put(ref, submitter=submitter, replace=replace)
+    except ReferenceExists as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    return S.ReferenceSetPublic(**out)
+
+
+def _page_url(proxy: str | None, study_id: int | None, reference: str) -> str:
+    query: dict[str, Any] = {"study_id": study_id} if study_id is not None else {"proxy": proxy}
+    if reference != BUILTIN_NAME:
+        query["reference"] = reference
+    return "/fidelity?" + urlencode(query)
+
+
+def report(
+    state: Any,
+    *,
+    proxy: str | None = None,
+    study_id: int | None = None,
+    reference: str = BUILTIN_NAME,
+    n_boot: int | None = None,
+) -> S.FidelityReport:
+    from normfree.fidelity.report import BOOTSTRAP
+    from normfree.workers.fidelity import FidelityError, fidelity_report
+
+    if (proxy is None) == (study_id is None):
+        raise ApiError(422, "invalid", "give exactly one of proxy or study_id")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # scipy on constant samples
+            rep = fidelity_report(
+                state.db,
+                proxy=proxy,
+                study_id=study_id,
+                reference=reference,
+                n_boot=BOOTSTRAP if n_boot is None else n_boot,
+            )
+    except FidelityError as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    return S.FidelityReport(**rep, headline=headline(rep))
+
+
+def summary(
+    state: Any, *, proxy: str | None = None, study_id: int | None = None
+) -> S.FidelitySummary | None:
+    """The line a leaderboard shows beside its ranking (None when it cannot be computed: a
+    fidelity problem never takes a leaderboard down)."""
+    try:
+        rep = report(state, proxy=proxy, study_id=study_id, n_boot=0)  # no intervals: cheap
+    except ApiError:
+        return None
+    except Exception:  # logged, not raised: the ranking is still worth showing
+        log.exception("fidelity summary failed for proxy=%s study=%s", proxy, study_id)
+        return None
+    s = rep.summary
+    return S.FidelitySummary(
+        reference=rep.reference["name"],
+        headline=rep.headline,
+        cells=s["cells"],
+        settings_compared=s["settings_compared"],
+        spearman_mean=s["spearman_mean"],
+        kendall_mean=s["kendall_mean"],
+        pairs_resolvable=s["pairs_resolvable"],
+        pairs_agree=s["pairs_agree"],
+        pair_agreement=s["pair_agreement"],
+        failure_agreement=s["failure_agreement"],
+        url=_page_url(proxy, study_id, BUILTIN_NAME),
+    )
+
+
+__all__ = [
+    "get_reference",
+    "import_reference",
+    "list_references",
+    "reference_csv",
+    "report",
+    "summary",
+]

@@ -1,0 +1,29 @@
+"""Fidelity: how far a proxy's (or a study's) ranking predicts published at-scale results."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from normfree.api import fidelity
+from normfree.api.deps import Reader, StateDep
+from normfree.api.errors import ErrorBody
+from normfree.api.schemas import FidelityReport
+
+router = APIRouter(prefix="/fidelity", tags=["fidelity"])
+
+
+@router.get("", response_model=FidelityReport, responses={404: {"model": ErrorBody}})
+def get_fidelity(
+    state: StateDep,
+    _reader: Reader,
+    proxy: Annotated[str | None, Query(max_length=100, examples=["vit-digits"])] = None,
+    study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    reference: Annotated[str, Query(max_length=100)] = "published",
+) -> FidelityReport:
+    """Compare ``proxy`` (trials run in its preset setting) or study ``study_id`` with a
+    reference set: the cells both have, Spearman and Kendall rank correlation with bootstrap
+    intervals over seeds, the published pairwise orders the proxy reproduces, and failure
+    agreement (published "failed to train" against diverged trials)."""
+    return fidelity.report(state, proxy=proxy, study_id=study_id, reference=reference)

@@ -1,0 +1,104 @@
+"""Reference sets: published at-scale results, listed, shown, and imported with a token."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from normfree.api import fidelity
+from normfree.api.deps import Reader, StateDep, Writer
+from normfree.api.errors import ErrorBody
+from normfree.api.schemas import ReferenceSetDetail, ReferenceSetList, ReferenceSetPublic
+
+router = APIRouter(prefix="/references", tags=["references"])
+
+NamePath = Annotated[str, Path(max_length=100, examples=["published"])]
+
+_IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["name", "source", "rows"],
+                    "properties": {
+                        "name": {"type": "string", "maxLength": 100},
+                        "title": {"type": "string", "maxLength": 300},
+                        "source": {"type": "string", "maxLength": 4000},
+                        "description": {"type": "string", "maxLength": 4000},
+                        "rows": {"type": "array", "maxItems": 5000, "items": {"type": "object"}},
+                    },
+                }
+            },
+            "text/csv": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+@router.get("", response_model=ReferenceSetList)
+def list_references(state: StateDep, _reader: Reader) -> ReferenceSetList:
+    """Every stored reference set (the built-in ``published`` set first)."""
+    return fidelity.list_references(state)
+
+
+@router.get(
+    "/{name}",
+    response_model=ReferenceSetDetail,
+    responses={404: {"model": ErrorBody}, 200: {"content": {"text/csv": {}}}},
+)
+def get_reference(
+    name: NamePath,
+    state: StateDep,
+    _reader: Reader,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> ReferenceSetDetail | Response:
+    """One set with its rows; ``?format=csv`` answers the import format."""
+    if format == "csv":
+        return PlainTextResponse(fidelity.reference_csv(state, name), media_type="text/csv")
+    return fidelity.get_reference(state, name)
+
+
+@router.post(
+    "",
+    response_model=ReferenceSetPublic,
+    status_code=201,
+    openapi_extra=_IMPORT_BODY,
+    responses={
+        401: {"model": ErrorBody, "description": "No bearer token."},
+        403: {"model": ErrorBody, "description": "Unknown or revoked token."},
+        409: {"model": ErrorBody, "description": "A set of that name exists (use replace)."},
+        415: {"model": ErrorBody, "description": "Neither JSON nor CSV."},
+        422: {"model": ErrorBody, "description": "Rows refused, each with its reason."},
+    },
+)
+async def import_reference(
+    request: Request,
+    state: StateDep,
+    who: Writer,
+    name: Annotated[str | None, Query(max_length=100, description="CSV imports: the name")] = None,
+    title: Annotated[str, Query(max_length=300)] = "",
+    source: Annotated[
+        str | None, Query(max_length=4000, description="CSV imports: the citation")
+    ] = None,
+    replace: bool = False,
+) -> ReferenceSetPublic:
+    """Import a set: JSON (``{name, title, source, rows: [...]}``) or CSV rows (columns
+    setting, family, metric, direction, resolution, function, shift, alpha, value, value_low,
+    value_high, failed, note). Cells are resolved through the catalog; one bad row refuses the
+    whole set, and every bad row is named."""
+    body = await request.body()
+    content_type = request.headers.get("content-type", "").lower()
+    return fidelity.import_reference(
+        state,
+        body,
+        content_type,
+        submitter=who,
+        name=name,
+        title=title,
+        source=source,
+        replace=replace,
+    )

@@ -1,0 +1,336 @@
+"""Reference sets in the database, and the trial rows a fidelity report reads.
+
+A reference set is written whole in one transaction or not at all (``put``): it is validated
+first (:mod:`normfree.fidelity.reference`, every cell resolved through the catalog), and a name
+that exists is refused unless ``replace=True``. The built-in set (science.md section 7) is kept
+in step with the code by :meth:`ReferenceStore.ensure_builtin`, which ``normfree serve`` and the
+CLI call after migrating.
+
+:meth:`ReferenceStore.proxy_trials` turns a proxy's (or one study's) finished trials into
+:class:`~normfree.fidelity.report.ProxyTrial` rows. For a proxy it reads only trials run in the
+preset's own setting (no overrides, the preset's dataset, epochs and learning rate), so a study
+that changed the recipe does not speak for the preset; for a study it reads the setting most of
+the study's trials share. It groups by arm first and loads trials only of arms whose cell a
+reference row can match, so its cost follows the arms, not the trials, of a proxy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+
+from normfree.fidelity.published import NAME as BUILTIN_NAME
+from normfree.fidelity.published import published
+from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, cell_key, norm_cell_key
+from normfree.fidelity.report import ProxyTrial
+from normfree.specs import NormSpec, TrialConfig
+from normfree.storage.db import Database
+from normfree.storage.models import ReferenceEntryRow, ReferenceSetRow, TrialRow
+
+
+class ReferenceExists(ValueError):
+    """A reference set of that name is stored already (pass replace=True to overwrite)."""
+
+
+def _set_dict(row: ReferenceSetRow, n_rows: int, settings: list[str]) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "title": row.title,
+        "source": row.source,
+        "description": row.description,
+        "builtin": row.builtin,
+        "submitter": row.submitter,
+        "created_at": row.created_at.isoformat() if row.created_at else None,
+        "n_rows": n_rows,
+        "settings": settings,
+    }
+
+
+def _row_values(set_id: int, position: int, r: ReferenceRow) -> dict[str, Any]:
+    return {
+        "set_id": set_id,
+        "position": position,
+        "setting": r.setting,
+        "family": r.family,
+        "metric": r.metric,
+        "direction": r.direction,
+        "resolution": r.resolution,
+        "function": r.cell.function,
+        "shift": r.cell.shift,
+        "alpha": r.cell.alpha,
+        "cell_key": cell_key(r.cell),
+        "value_low": r.value_low,
+        "value_high": r.value_high,
+        "failed": r.failed,
+        "note": r.note,
+    }
+
+
+def _to_model(row: ReferenceSetRow) -> ReferenceSet:
+    return ReferenceSet.model_validate(
+        {
+            "name": row.name,
+            "title": row.title,
+            "source": row.source,
+            "description": row.description,
+            "rows": [
+                {
+                    "setting": e.setting,
+                    "family": e.family,
+                    "metric": e.metric,
+                    "direction": e.direction,
+                    "resolution": e.resolution,
+                    "cell": {"function": e.function, "shift": e.shift, "alpha": e.alpha},
+                    "value_low": e.value_low,
+                    "value_high": e.value_high,
+                    "failed": e.failed,
+                    "note": e.note,
+                }
+                for e in row.rows
+            ],
+        }
+    )
+
+
+def default_context_key(proxy: str) -> str:
+    """The context key of a trial run in the preset's own setting (storage.context_key)."""
+    from normfree.storage.repository import context_key
+
+    return context_key(TrialConfig(proxy=proxy, norm=NormSpec(name="layernorm")))
+
+
+def arm_label(norm: dict[str, Any]) -> str:
+    """How a trial's norm is shown in a report: the name plus options that change the cell."""
+    cell = Cell(
+        function=str(norm.get("name", "?"))[:300] or "?",
+        shift=norm.get("shift", "none"),
+        alpha=None if norm.get("learn_alpha", True) else float(norm.get("alpha0", 0.5)),
+    )
+    return cell.label
+
+
+class ReferenceStore:
+    """Reference sets and fidelity inputs over one :class:`Database`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ------------------------------------------------------------------------ reference sets
+    def put(
+        self,
+        ref: ReferenceSet,
+        *,
+        submitter: str | None = None,
+        replace: bool = False,
+        builtin: bool = False,
+    ) -> dict[str, Any]:
+        """Store ``ref`` (validated) in one transaction; returns its summary.
+
+        ``ReferenceExists`` when the name is taken and ``replace`` is False; the built-in set
+        can only be replaced by :meth:`ensure_builtin`.
+        """
+        with self.db.session() as s:
+            old = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == ref.name))
+            if old is not None:
+                if not replace or (old.builtin and not builtin):
+                    raise ReferenceExists(
+                        f"reference set {ref.name!r} exists"
+                        + ("" if old.builtin else "; replace it explicitly")
+                        + (" (it is built in)" if old.builtin else "")
+                    )
+                s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == old.id))
+                s.flush()
+            row = ReferenceSetRow(
+                name=ref.name,
+                title=ref.title,
+                source=ref.source,
+                description=ref.description,
+                builtin=builtin,
+                submitter=submitter,
+            )
+            s.add(row)
+            try:
+                s.flush()
+            except IntegrityError:  # a concurrent import of the same name won
+                raise ReferenceExists(f"reference set {ref.name!r} exists") from None
+            s.execute(
+                ReferenceEntryRow.__table__.insert(),
+                [_row_values(row.id, i, r) for i, r in enumerate(ref.rows)],
+            )
+            return _set_dict(row, len(ref.rows), ref.settings())
+
+    def ensure_builtin(self) -> None:
+        """Store the built-in set, or refresh it when the code's rows changed (idempotent)."""
+        ref = published()
+        current = self.get(BUILTIN_NAME)
+        if current is not None and current == ref:
+            return
+        # another process may store it between our read and write: then theirs stands
+        with contextlib.suppress(ReferenceExists):
+            self.put(ref, replace=True, builtin=True)
+
+    def get(self, name: str) -> ReferenceSet | None:
+        with self.db.session(readonly=True) as s:
+            row = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
+            return None if row is None else _to_model(row)
+
+    def describe(self, name: str) -> dict[str, Any] | None:
+        """A set's summary plus its rows (JSON-ready)."""
+        ref = self.get(name)
+        if ref is None:
+            return None
+        with self.db.session(readonly=True) as s:
+            row = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
+            assert row is not None
+            out = _set_dict(row, len(ref.rows), ref.settings())
+        out["rows"] = [
+            {**r.model_dump(mode="json"), "cell_label": r.cell.label, "value": r.value}
+            for r in ref.rows
+        ]
+        return out
+
+    def list(self) -> list[dict[str, Any]]:
+        with self.db.session(readonly=True) as s:
+            counts = dict(
+                s.execute(
+                    select(ReferenceEntryRow.set_id, func.count()).group_by(
+                        ReferenceEntryRow.set_id
+                    )
+                ).all()
+            )
+            settings: dict[int, list[str]] = {}
+            for set_id, setting in s.execute(
+                select(ReferenceEntryRow.set_id, ReferenceEntryRow.setting).order_by(
+                    ReferenceEntryRow.set_id, ReferenceEntryRow.position
+                )
+            ):
+                lst = settings.setdefault(set_id, [])
+                if setting not in lst:
+                    lst.append(setting)
+            rows = s.scalars(
+                select(ReferenceSetRow).order_by(
+                    ReferenceSetRow.builtin.desc(), ReferenceSetRow.name
+                )
+            )
+            return [_set_dict(r, counts.get(r.id, 0), settings.get(r.id, [])) for r in rows]
+
+    def delete(self, name: str) -> bool:
+        """Remove a user's set (the built-in set cannot be deleted); True if one was removed."""
+        with self.db.session() as s:
+            row = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
+            if row is None:
+                return False
+            if row.builtin:
+                raise ValueError(f"reference set {name!r} is built in and cannot be deleted")
+            s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == row.id))
+            return True
+
+    # ----------------------------------------------------------------------- fidelity inputs
+    def proxy_trials(
+        self,
+        *,
+        proxy: str | None = None,
+        study_id: int | None = None,
+        cell_keys: Iterable[str] | None = None,
+    ) -> tuple[list[ProxyTrial], dict[str, Any]]:
+        """Finished trials (COMPLETE / DIVERGED) as report rows, and what they cover.
+
+        Exactly one of ``proxy`` (the preset's own setting) or ``study_id`` (the study's main
+        setting). ``cell_keys`` limits the trials loaded to arms of those cells.
+        """
+        if (proxy is None) == (study_id is None):
+            raise ValueError("give a proxy or a study, not both")
+        wanted = set(cell_keys) if cell_keys is not None else None
+        finished = ("COMPLETE", "DIVERGED")
+        with self.db.session(readonly=True) as s:
+            q = select(TrialRow.context_key, TrialRow.proxy, func.count()).where(
+                TrialRow.status.in_(finished)
+            )
+            if proxy is not None:
+                ctx = default_context_key(proxy)
+                q = q.where(TrialRow.context_key == ctx, TrialRow.proxy == proxy)
+            else:
+                q = q.where(TrialRow.study_id == study_id)
+            contexts = s.execute(q.group_by(TrialRow.context_key, TrialRow.proxy)).all()
+            if not contexts:
+                return [], {"proxy": proxy, "study_id": study_id, "context_key": None, "trials": 0}
+            ctx, ctx_proxy, _ = max(contexts, key=lambda c: (c[2], c[0]))
+            base = [TrialRow.context_key == ctx, TrialRow.status.in_(finished)]
+            if study_id is not None:
+                base.append(TrialRow.study_id == study_id)
+            # one representative trial per arm: its norm decides the arm's cell
+            reps = s.execute(
+                select(TrialRow.arm_key, func.min(TrialRow.id))
+                .where(*base)
+                .group_by(TrialRow.arm_key)
+            ).all()
+            rep_ids = [r[1] for r in reps]
+            norms: dict[str, dict[str, Any]] = {}
+            for chunk in _chunks(rep_ids, 500):
+                for arm, norm in s.execute(
+                    select(TrialRow.arm_key, TrialRow.norm).where(TrialRow.id.in_(chunk))
+                ):
+                    norms[arm] = norm
+            cells: dict[str, str] = {}
+            by_json: dict[str, str | None] = {}
+            for arm, norm in norms.items():
+                text = json.dumps(norm, sort_keys=True)
+                if text not in by_json:
+                    by_json[text] = norm_cell_key(norm)
+                key = by_json[text]
+                if key is not None and (wanted is None or key in wanted):
+                    cells[arm] = key
+            out: list[ProxyTrial] = []
+            cols = (
+                TrialRow.arm_key,
+                TrialRow.norm,
+                TrialRow.seed,
+                TrialRow.status,
+                TrialRow.objective_value,
+                TrialRow.direction,
+                TrialRow.eval_train_loss,
+                TrialRow.metrics,
+            )
+            for chunk in _chunks(sorted(cells), 500):
+                rows = s.execute(
+                    select(*cols)
+                    .where(*base, TrialRow.arm_key.in_(chunk))
+                    .order_by(TrialRow.finished_at, TrialRow.id)
+                )
+                for arm, norm, seed, status, value, direction, etl, metrics in rows:
+                    fd = next(
+                        (float(v) for k, v in (metrics or {}).items() if k.startswith("fd_")),
+                        None,
+                    )
+                    out.append(
+                        ProxyTrial(
+                            cell=cells[arm],
+                            label=arm_label(norm),
+                            seed=seed,
+                            failed=status == "DIVERGED",
+                            objective=value,
+                            objective_direction=direction or "maximize",
+                            eval_train_loss=etl,
+                            fd=fd,
+                        )
+                    )
+        return out, {
+            "proxy": ctx_proxy,
+            "study_id": study_id,
+            "context_key": ctx,
+            "trials": len(out),
+            "arms": len(cells),
+        }
+
+
+def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+__all__ = ["BUILTIN_NAME", "ReferenceExists", "ReferenceStore", "arm_label", "default_context_key"]

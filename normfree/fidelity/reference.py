@@ -96,6 +96,18 @@ class Cell(_Model):
         shift = alias.get("shift", "none") if self.shift == "none" else self.shift
         return self.model_copy(update={"function": alias["name"], "shift": shift})
 
+    def norm_fields(self) -> dict[str, Any]:
+        """The NormSpec fields that train this cell (name, shift, alpha0, learn_alpha)."""
+        c = self.expanded()
+        out: dict[str, Any] = {"name": c.function}
+        if c.function.lower() in BASELINES:
+            return out
+        if c.shift != "none":
+            out["shift"] = c.shift
+        if c.alpha is not None:
+            out.update(alpha0=c.alpha, learn_alpha=False)
+        return out
+
     @property
     def label(self) -> str:
         """Short readable name: ``erf + s``, ``tanh (alpha fixed at 1)``."""

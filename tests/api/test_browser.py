@@ -102,6 +102,19 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             assert page.locator("#study-figure .errorbar").count() >= 2
             page.screenshot(path=str(shots / "study.png"), full_page=True)
 
+            # Fidelity of the study to the published results: summary, scatter per setting,
+            # and the leaderboard's line linking to it.
+            page.goto(f"{base}fidelity?study_id={seeded.study_id}")
+            page.wait_for_selector("#fidelity-figure-0 .main-svg", timeout=30_000)
+            summary = page.locator("#fidelity-summary").inner_text()
+            assert "published orders reproduced" in summary
+            assert page.locator(".fidelity-setting h2", has_text="horizontal shift of erf").count()
+            page.screenshot(path=str(shots / "fidelity.png"), full_page=True)
+            page.goto(base + "?proxy=vit-tiny")
+            page.wait_for_selector("#fidelity-line", timeout=30_000)
+            page.click("#fidelity-line a")
+            page.wait_for_selector("#fidelity-summary", timeout=30_000)
+
             # Trial page of the really trained trial: three figures.
             page.goto(f"{base}trials/{seeded.real_trial_ids[0]}")
             for fig in ("curves-figure", "alpha-figure", "layers-figure"):

@@ -42,7 +42,9 @@ def test_property_detach_status_run_leaderboard(tmp_path: Path, _ray: None) -> N
     assert status["counts"]["WAITING"] == 6 and status["status"] == "pending"
     ran = _json("study", "run", str(sid), "--db", db)
     assert ran["status"] == "complete" and ran["counts"]["COMPLETE"] == 6
-    board = _json("leaderboard", "--proxy", "vit-tiny", "--study", str(sid), "--db", db)
+    out = _json("leaderboard", "--proxy", "vit-tiny", "--study", str(sid), "--db", db)
+    board = out["rows"]
+    assert out["fidelity"]["headline"].startswith("fidelity vs published")
     assert {r["candidate"] for r in board} == {
         "shift_h(erf, -0.5)",
         "shift_h(erf, 0.5)",
@@ -50,7 +52,7 @@ def test_property_detach_status_run_leaderboard(tmp_path: Path, _ray: None) -> N
     }
     assert all(r["n"] == 2 for r in board) and [r["rank"] for r in board] == [1, 2, 3]
     code, out = _run("leaderboard", "--proxy", "vit-tiny", "--study", str(sid), "--db", db)
-    assert code == 0 and "layernorm" in out and "mean ± CI" in out
+    assert code == 0 and "layernorm" in out and "mean ± CI" in out and "fidelity vs" in out
     code, out = _run("study", "status", str(sid), "--db", db)
     assert code == 0 and "COMPLETE" in out
     listed = _json("study", "list", "--db", db)
@@ -103,16 +105,19 @@ def test_demo_study_runs_end_to_end_and_prints_where_results_are(
 ) -> None:
     from normfree.cli.study import DEMO_STUDY, demo_study, print_demo_study
 
-    assert DEMO_STUDY["proxy"] == "vit-digits" and DEMO_STUDY["baselines"] == ["layernorm"]
+    assert DEMO_STUDY["proxy"] == "vit-screen" and DEMO_STUDY["baselines"] == ["layernorm"]
+    assert set(DEMO_STUDY["values"]) >= {-2.0, 2.0}  # the Derf paper's failing shifts
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     out = demo_study(
         db, as_json=True, proxy="vit-tiny", epochs=1, seeds=1, functions=["erf"], values=[0.0]
     )
     assert out["run"]["status"] == "complete" and out["run"]["counts"]["COMPLETE"] == 2
     assert {r["candidate"] for r in out["leaderboard"]} == {"shift_h(erf, 0)", "layernorm"}
+    assert out["fidelity"]["subject"]["study_id"] == out["study_id"]
     print_demo_study(out)
     text = capsys.readouterr().out
     assert "demo.db" in text and "demo-optuna.db" in text and "layernorm" in text
+    assert "Against the published results" in text and "fidelity vs published" in text
 
 
 def test_demo_command_evaluates_the_catalog_then_runs_a_study(tmp_path: Path, _ray: None) -> None:

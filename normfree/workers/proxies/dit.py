@@ -44,6 +44,9 @@ class DiTConfig:
     timesteps: int = 100  # small-T schedule: betas scaled by 1000/T (improved DDPM) keep it valid
     sample_steps: int = 25  # deterministic DDIM steps for the sample-quality metric
     adaln_zero: bool = True  # zero-init every block's modulation: blocks start as identity
+    # "sincos": DiT's fixed 2-D sine-cosine positions (std ~0.7, so the stream a norm first sees
+    # has the scale it has in DiT); "learned": a learned table initialised at std 0.02.
+    pos_embed: str = "learned"
     # None: by norm kind (True for layernorm/rmsnorm, False for pointwise norms and identity).
     zero_init_final: bool | None = None
 
@@ -55,6 +58,22 @@ def resolve_zero_init_final(cfg: DiTConfig, norm_name: str) -> DiTConfig:
     from dataclasses import replace
 
     return replace(cfg, zero_init_final=norm_name in STATISTIC_NORMS)
+
+
+def sincos_2d(dim: int, rows: int, cols: int) -> torch.Tensor:
+    """Fixed 2-D sine-cosine positions (rows*cols, dim), as DiT uses: half of the channels
+    encode the row, half the column, each as sin and cos at dim/4 geometric frequencies."""
+    if dim % 4:
+        raise ValueError("sin-cos positions need a width divisible by 4")
+    quarter = dim // 4
+    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)  # (D/4,)
+
+    def axis(pos: torch.Tensor) -> torch.Tensor:
+        angles = pos.to(torch.float64)[:, None] * omega[None, :]  # (N, D/4)
+        return torch.cat([angles.sin(), angles.cos()], dim=1)  # (N, D/2)
+
+    r, c = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    return torch.cat([axis(r.flatten()), axis(c.flatten())], dim=1).float()  # (N, D)
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -122,7 +141,11 @@ class DiT(nn.Module):
         self.ph = min(cfg.patch, cfg.img_size)
         self.rows, self.cols = cfg.img_size // self.ph, (cfg.img_width or cfg.img_size) // cfg.patch
         self.x_embed = nn.Conv2d(cfg.in_chans, cfg.dim, (self.ph, cfg.patch), (self.ph, cfg.patch))
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.rows * self.cols, cfg.dim))
+        if cfg.pos_embed not in ("learned", "sincos"):
+            raise ValueError(f"pos_embed must be 'learned' or 'sincos', got {cfg.pos_embed!r}")
+        self.pos_embed = nn.Parameter(
+            torch.zeros(1, self.rows * self.cols, cfg.dim), requires_grad=cfg.pos_embed == "learned"
+        )
         self.t_embed = TimestepEmbedder(cfg.dim)
         self.y_embed = nn.Embedding(cfg.num_classes, cfg.dim)
         self.blocks = nn.ModuleList(DiTBlock(cfg, norm_layer) for _ in range(cfg.depth))
@@ -140,7 +163,11 @@ class DiT(nn.Module):
         w = self.x_embed.weight  # patch embedding initialised like a linear layer
         nn.init.xavier_uniform_(w.view(w.shape[0], -1))
         nn.init.zeros_(self.x_embed.bias)
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)  # learned positions (DiT: fixed sin-cos)
+        if self.cfg.pos_embed == "sincos":  # DiT's own: fixed, not trained
+            with torch.no_grad():
+                self.pos_embed.copy_(sincos_2d(self.cfg.dim, self.rows, self.cols).unsqueeze(0))
+        else:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)  # learned positions
         nn.init.normal_(self.y_embed.weight, std=0.02)  # DiT's label-embedding init
         for lin in (self.t_embed.mlp[0], self.t_embed.mlp[2]):
             nn.init.normal_(lin.weight, std=0.02)  # DiT's timestep-MLP init

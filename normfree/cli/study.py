@@ -172,7 +172,7 @@ def _create_and_maybe_run(
 
 
 common = [
-    click.option("--proxy", required=True, help="Proxy preset (e.g. vit-digits, vit-tiny)."),
+    click.option("--proxy", required=True, help="Proxy preset (e.g. vit-screen, vit-tiny)."),
     click.option("--seeds", default=3, show_default=True, help="Seeds per cell (paired)."),
     click.option("--epochs", type=int, default=None, help="Override the preset's budget."),
     click.option("--name", default=None, help="A label for the study."),

@@ -8,7 +8,7 @@ import click
 
 from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
-from normfree.workers.proxies import PROXIES
+from normfree.workers.proxies import DEFAULT_PROXY, PROXIES
 
 NORM_HELP = (
     "What fills every norm slot: layernorm, rmsnorm, identity, derf (erf with a scalar shift s), "
@@ -101,7 +101,7 @@ def _summary(result: Any) -> None:
 
 @main.command("train")
 @click.option(
-    "--proxy", type=click.Choice(sorted(PROXIES)), default="vit-digits", show_default=True
+    "--proxy", type=click.Choice(sorted(PROXIES)), default=DEFAULT_PROXY, show_default=True
 )
 @click.option("--norm", default="derf", show_default=True, help=NORM_HELP)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -165,7 +165,7 @@ def train(
 
 @main.command("prescreen")
 @click.option(
-    "--proxy", type=click.Choice(sorted(PROXIES)), default="vit-digits", show_default=True
+    "--proxy", type=click.Choice(sorted(PROXIES)), default=DEFAULT_PROXY, show_default=True
 )
 @click.option("--norm", default="derf", show_default=True, help=NORM_HELP)
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -38,6 +38,7 @@ import torch
 from normfree.settings import get_settings
 from normfree.specs import NormSpec, TrialConfig
 from normfree.workers import diagnostics
+from normfree.workers.proxies import DEFAULT_PROXY
 from normfree.workers.trainer import (
     TASKS,
     build_model,
@@ -63,7 +64,7 @@ def _growth(first: dict[str, dict[str, float]], later: dict[str, dict[str, float
     return max(ratios) if ratios else None
 
 
-def prescreen(norm: NormSpec | str, proxy: str = "vit-digits", seed: int = 0) -> dict[str, Any]:
+def prescreen(norm: NormSpec | str, proxy: str = DEFAULT_PROXY, seed: int = 0) -> dict[str, Any]:
     """Signal propagation, high-lr survival and instability of ``norm`` in ``proxy``."""
     spec = parse_norm(norm) if isinstance(norm, str) else norm
     t0 = time.perf_counter()

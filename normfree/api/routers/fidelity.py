@@ -18,7 +18,7 @@ router = APIRouter(prefix="/fidelity", tags=["fidelity"])
 def get_fidelity(
     state: StateDep,
     _reader: Reader,
-    proxy: Annotated[str | None, Query(max_length=100, examples=["vit-digits"])] = None,
+    proxy: Annotated[str | None, Query(max_length=100, examples=["vit-screen"])] = None,
     study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
     reference: Annotated[str, Query(max_length=100)] = "published",
 ) -> FidelityReport:

@@ -19,7 +19,7 @@ router = APIRouter(prefix="/leaderboards", tags=["leaderboards"])
 def get_leaderboard(
     state: StateDep,
     _reader: Reader,
-    proxy: Annotated[str, Path(max_length=100, examples=["vit-digits"])],
+    proxy: Annotated[str, Path(max_length=100, examples=["vit-screen"])],
     group: Annotated[str | None, Query(max_length=100)] = None,
     properties: PropertyFilter = None,
     study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,

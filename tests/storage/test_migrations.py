@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -34,7 +35,7 @@ def _nullable(insp: Any, table: str, column: str) -> bool:
 
 def test_migrated_schema_matches_models(db: Database) -> None:
     """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
-    assert db.current_revision() == head(db) == "0005"
+    assert db.current_revision() == head(db) == "0006"
     with db.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(ctx, Base.metadata) == []
@@ -43,12 +44,12 @@ def test_migrated_schema_matches_models(db: Database) -> None:
 def test_migrate_is_idempotent(db: Database) -> None:
     db.migrate()
     db.migrate()
-    assert db.current_revision() == "0005"
+    assert db.current_revision() == "0006"
 
 
 def test_revisions_add_what_they_say(database_url: str) -> None:
     """0001: tables and keys; 0002: indexes, api_tokens; 0003: releases; 0004: NULL losses;
-    0005: spike_step."""
+    0005: spike_step; 0006: arm_results, read_versions, candidates.prescreen (and back)."""
     db = Database(database_url)
     try:
         db.migrate("0001")
@@ -73,8 +74,20 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
         insp = inspect(db.engine)
         assert _nullable(insp, "trial_metrics", "train_loss")
         assert "spike_step" not in {c["name"] for c in insp.get_columns("trials")}
-        db.migrate()
+        db.migrate("0005")
         assert _nullable(inspect(db.engine), "trials", "spike_step")
+        assert "arm_results" not in inspect(db.engine).get_table_names()
+        db.migrate()
+        insp = inspect(db.engine)
+        assert {"arm_results", "read_versions"} <= set(insp.get_table_names())
+        assert _nullable(insp, "candidates", "prescreen")
+        with db.engine.begin() as conn:
+            command.downgrade(db.alembic_config(conn), "0005")
+        insp = inspect(db.engine)
+        assert "arm_results" not in insp.get_table_names()
+        assert "prescreen" not in {c["name"] for c in insp.get_columns("candidates")}
+        db.migrate()
+        assert db.current_revision() == "0006"
     finally:
         db.dispose()
 
@@ -86,7 +99,7 @@ def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
     try:
         assert db.current_revision() == "0001"
         db.migrate()
-        assert db.current_revision() == "0005"
+        assert db.current_revision() == "0006"
         repo = Repository(db)
         cand = repo.get_candidate("erf")
         assert cand is not None
@@ -154,7 +167,7 @@ def test_optuna_study_lives_beside_ours(db: Database) -> None:
         st.optimize(lambda t: t.suggest_float("x", -1, 1) ** 2, n_trials=2)
         assert len(optuna.load_study(study_name="normfree-study-1", storage=url).trials) == 2
         # our schema is untouched by Optuna's
-        assert db.current_revision() == "0005"
+        assert db.current_revision() == "0006"
         assert "trial_key" in {c["name"] for c in inspect(db.engine).get_columns("trials")}
     finally:
         if created:
@@ -187,6 +200,6 @@ def test_downgrade_to_base_and_back(database_url: str) -> None:
         assert db.current_revision() is None
         assert "trials" not in inspect(db.engine).get_table_names()
         db.migrate()
-        assert db.current_revision() == "0005"
+        assert db.current_revision() == "0006"
     finally:
         db.dispose()

@@ -283,5 +283,6 @@ def read_versions(session: Any, scopes: Iterable[str]) -> dict[str, int]:
     """The current version of each scope (0 for a scope never bumped)."""
     wanted = sorted(set(scopes))
     v = ReadVersionRow.__table__
-    found = dict(session.execute(sa.select(v.c.scope, v.c.version).where(v.c.scope.in_(wanted))))
+    rows = session.execute(sa.select(v.c.scope, v.c.version).where(v.c.scope.in_(wanted)))
+    found = {scope: version for scope, version in rows}
     return {s: int(found.get(s, 0)) for s in wanted}

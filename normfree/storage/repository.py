@@ -148,6 +148,7 @@ def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
         "citation": row.citation,
         "submitter": row.submitter,
         "created_at": _iso(row.created_at),
+        "prescreen": row.prescreen,
     }
 
 
@@ -286,6 +287,17 @@ class Repository:
             cid = int(s.execute(stmt).scalar_one())
             aggregates.bump(s, "candidates")  # leaderboards and lists show group and properties
             return cid
+
+    def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool:
+        """Record a stored candidate's prescreen (its status and result); False if none is named
+        ``name``. Written after the submission's answer, by the process that ran it."""
+        with self.db.session() as s:
+            res = s.execute(
+                update(CandidateRow)
+                .where(CandidateRow.name == name)
+                .values(prescreen=_jsonable(dict(prescreen)))
+            )
+            return res.rowcount == 1
 
     def get_candidate(self, name: str) -> dict[str, Any] | None:
         """The candidate named ``name`` as a dict (keys as the table's columns), or None."""

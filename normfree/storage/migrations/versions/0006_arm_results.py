@@ -15,6 +15,8 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
+import secrets
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
@@ -64,6 +66,12 @@ def upgrade() -> None:
     # Plain ALTER (see 0005): a batch copy of candidates would be harmless, but this is enough.
     op.add_column("candidates", sa.Column("prescreen", JSON, nullable=True))
 
+    # The database's identity in the API's ETags: a tag from one database never matches another.
+    op.execute(
+        sa.text("INSERT INTO read_versions (scope, version) VALUES ('database', :v)").bindparams(
+            v=secrets.randbits(62)
+        )
+    )
     from normfree.storage.aggregates import rebuild
 
     rebuild(op.get_bind())

@@ -125,3 +125,9 @@ def create_app(
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app
+
+
+def create_worker_app() -> FastAPI:
+    """The app of one of ``normfree serve --workers N``'s processes: the process settings, no
+    study runner (N runners would drive the same studies), the schema already migrated."""
+    return create_app(get_settings(), run_studies=False, migrate=False)

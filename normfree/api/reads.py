@@ -25,8 +25,8 @@ from normfree.api.errors import not_found
 from normfree.storage import reads
 
 
-def _versions(state: services.ServiceState, *scopes: str) -> tuple[tuple[str, int], ...]:
-    return tuple(sorted(reads.versions(state.db, [*scopes, "database"]).items()))
+def _versions(conn: Any, *scopes: str) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(reads.versions(conn, [*scopes, "database"]).items()))
 
 
 def leaderboard_key(
@@ -37,14 +37,9 @@ def leaderboard_key(
     study_id: int | None = None,
 ) -> Hashable:
     """What ``services.leaderboard(proxy, ...)`` shows depends on."""
-    return (
-        "leaderboard",
-        proxy,
-        group or None,
-        tuple(properties or ()),
-        study_id,
-        _versions(state, f"proxy:{proxy}", "candidates"),
-    )
+    with state.db.read() as conn:
+        versions = _versions(conn, f"proxy:{proxy}", "candidates")
+    return ("leaderboard", proxy, group or None, tuple(properties or ()), study_id, versions)
 
 
 def leaderboard(
@@ -67,7 +62,8 @@ def leaderboard(
 
 
 def candidates_key(state: services.ServiceState, *params: Any) -> Hashable:
-    return ("candidates", params, _versions(state, "candidates"))
+    with state.db.read() as conn:
+        return ("candidates", params, _versions(conn, "candidates"))
 
 
 def candidates(
@@ -91,15 +87,24 @@ def candidates(
 
 
 def trial_key(state: services.ServiceState, trial_id: int) -> Hashable:
-    stamp = reads.trial_stamp(state.db, trial_id)
+    with state.db.read() as conn:
+        stamp = reads.trial_stamp(conn, trial_id)
+        versions = _versions(conn)
     if stamp is None:
         raise not_found("trial", trial_id)
-    return ("trial", trial_id, stamp, _versions(state))
+    return ("trial", trial_id, stamp, versions)
 
 
 def study_key(state: services.ServiceState, study_id: int) -> Hashable:
-    key, _row, _counts = services.study_key(state, study_id)
-    return ("study", key, _versions(state))
+    """A study's summary, page and figure: its status, update time and per-status counts (see
+    ``services.study_key``), and whether this process drives it."""
+    with state.db.read() as conn:
+        stamp = reads.study_stamp(conn, study_id)
+        versions = _versions(conn)
+    if stamp is None:
+        raise not_found("study", study_id)
+    active = bool(state.runner and state.runner.is_active(study_id))
+    return ("study", study_id, stamp, active, versions)
 
 
 # -- a candidate's results ------------------------------------------------------------------------
@@ -135,7 +140,8 @@ def candidate_results(
     Matched on the arm's stored norm name (``LeaderboardRow.function``), never on its label: a
     label carries the arm's options (``erf [shift=scalar]``) and still is erf's result.
     """
-    pairs = reads.arm_candidates(state.db)
+    with state.db.read() as conn:
+        pairs = reads.arm_candidates(conn)
     same = same_function_names(state, name, fingerprint, {c for _p, c in pairs})
     out: list[dict[str, Any]] = []
     for proxy in sorted({p for p, c in pairs if c in same}):

@@ -712,7 +712,10 @@ def _progress(repo: Any, study_id: int, counts: Mapping[str, int] | None = None)
     """Counts per status (an index-only count over the study's rows)."""
     from normfree.storage import reads
 
-    c = dict(counts) if counts is not None else reads.study_counts(repo.db, study_id)
+    if counts is None:
+        with repo.db.read() as conn:
+            counts = reads.study_counts(conn, study_id)
+    c = dict(counts)
     total = sum(c.values())
     finished = total - c.get("WAITING", 0) - c.get("RUNNING", 0)
     return S.StudyProgress(
@@ -955,9 +958,9 @@ def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], 
     row = state.repo.get_study(study_id)
     if row is None:
         raise not_found("study", study_id)
-    counts = reads.study_counts(state.db, study_id)
-    active = bool(state.runner and state.runner.is_active(study_id))
-    key = (study_id, row["status"], row["updated_at"], tuple(sorted(counts.items())), active)
+    with state.db.read() as conn:
+        counts = reads.study_counts(conn, study_id)
+    key = (study_id, row["status"], row["updated_at"], tuple(sorted(counts.items())))
     return key, row, counts
 
 
@@ -970,7 +973,8 @@ def _study_cells(
         from normfree.storage import reads
 
         fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
-        trials = clean(reads.study_trial_rows(state.db, row["id"], fields))
+        with state.db.read() as conn:
+            trials = clean(reads.study_trial_rows(conn, row["id"], fields))
         cells, objective, direction = _cells(trials, row["spec"])
         if objective is None:
             try:
@@ -995,7 +999,9 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
     if trials:
         from normfree.storage import reads
 
-        listed = [_trial_summary(t) for t in clean(reads.study_trial_rows(state.db, study_id))]
+        with state.db.read() as conn:
+            rows = clean(reads.study_trial_rows(conn, study_id))
+        listed = [_trial_summary(t) for t in rows]
     return S.StudyDetail(
         **pub.model_dump(),
         objective=objective,
@@ -1037,7 +1043,8 @@ def list_study_trials(
             after = int(cursor)
         except ValueError:
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
-    rows, nxt = reads.trial_page(state.db, study_id, after=after, limit=limit, status=status)
+    with state.db.read() as conn:
+        rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
     items = [_trial_summary(t) for t in clean(rows)]
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 

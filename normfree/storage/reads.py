@@ -3,6 +3,8 @@
 ``Repository`` owns writes and whole-entity reads; these are the narrow reads the API serves at
 scale. Each touches one study's rows through ``ix_trials_study_status`` (bounded by the study's
 size, not the database's) or one row by primary key, and selects only the columns it shows.
+They take a Core connection from ``Database.read()`` so that one request's few reads share one
+snapshot and none pays for an ORM session.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from normfree.storage import aggregates
-from normfree.storage.models import TRIAL_STATUSES, TrialRow
+from normfree.storage.models import TRIAL_STATUSES, ArmResultRow, StudyRow, TrialRow
 
 # Columns of a trial in a study's table (``fields=`` picks among them; ``id`` always comes).
 TRIAL_LIST_FIELDS = (
@@ -33,7 +35,7 @@ _COLUMN = {"value": "objective_value"}
 MAX_PAGE = 1000
 
 
-def study_counts(db: Any, study_id: int) -> dict[str, int]:
+def study_counts(conn: Any, study_id: int) -> dict[str, int]:
     """Trials of the study per status (every status, zeros included): an index-only count."""
     counts = dict.fromkeys(TRIAL_STATUSES, 0)
     q = (
@@ -41,10 +43,21 @@ def study_counts(db: Any, study_id: int) -> dict[str, int]:
         .where(TrialRow.study_id == study_id)
         .group_by(TrialRow.status)
     )
-    with db.session(readonly=True) as s:
-        for status, n in s.execute(q):
-            counts[status] = int(n)
+    for status, n in conn.execute(q):
+        counts[status] = int(n)
     return counts
+
+
+def study_stamp(conn: Any, study_id: int) -> tuple[Any, ...] | None:
+    """(status, updated_at, per-status counts) of a study: what its summary depends on (see
+    ``api.services.study_key``). None when there is no such study."""
+    row = conn.execute(
+        sa.select(StudyRow.status, StudyRow.updated_at).where(StudyRow.id == study_id)
+    ).first()
+    if row is None:
+        return None
+    counts = tuple(sorted(study_counts(conn, study_id).items()))
+    return (row.status, row.updated_at.isoformat(), counts)
 
 
 def _columns(fields: Iterable[str]) -> list[Any]:
@@ -61,16 +74,15 @@ def _plain(row: Any) -> dict[str, Any]:
 
 
 def study_trial_rows(
-    db: Any, study_id: int, fields: Sequence[str] = TRIAL_LIST_FIELDS
+    conn: Any, study_id: int, fields: Sequence[str] = TRIAL_LIST_FIELDS
 ) -> list[dict[str, Any]]:
     """Every trial of one study, by id, with only ``fields`` (for its cells)."""
     q = sa.select(*_columns(fields)).where(TrialRow.study_id == study_id).order_by(TrialRow.id)
-    with db.session(readonly=True) as s:
-        return [_plain(r) for r in s.execute(q)]
+    return [_plain(r) for r in conn.execute(q)]
 
 
 def trial_page(
-    db: Any,
+    conn: Any,
     study_id: int,
     *,
     after: int = 0,
@@ -93,32 +105,26 @@ def trial_page(
     )
     if status:
         q = q.where(TrialRow.status.in_(list(status)))
-    with db.session(readonly=True) as s:
-        rows = [_plain(r) for r in s.execute(q)]
+    rows = [_plain(r) for r in conn.execute(q)]
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (rows[-1]["id"] if more and rows else None)
 
 
-def trial_stamp(db: Any, trial_id: int) -> tuple[str, str] | None:
+def trial_stamp(conn: Any, trial_id: int) -> tuple[str, str] | None:
     """(status, updated_at) of a trial: every write to it changes the pair. None: no trial."""
     q = sa.select(TrialRow.status, TrialRow.updated_at).where(TrialRow.id == trial_id)
-    with db.session(readonly=True) as s:
-        row = s.execute(q).first()
+    row = conn.execute(q).first()
     return None if row is None else (row.status, row.updated_at.isoformat())
 
 
-def versions(db: Any, scopes: Iterable[str]) -> dict[str, int]:
+def versions(conn: Any, scopes: Iterable[str]) -> dict[str, int]:
     """The read versions of ``scopes`` (``storage.aggregates.read_versions``) in one query."""
-    with db.session(readonly=True) as s:
-        return aggregates.read_versions(s, scopes)
+    return aggregates.read_versions(conn, scopes)
 
 
-def arm_candidates(db: Any) -> list[tuple[str, str]]:
+def arm_candidates(conn: Any) -> list[tuple[str, str]]:
     """Every (proxy, candidate name) with finished trials, from the arm summaries."""
-    from normfree.storage.models import ArmResultRow
-
     a = ArmResultRow.__table__
     q = sa.select(a.c.proxy, a.c.candidate).distinct().order_by(a.c.proxy, a.c.candidate)
-    with db.session(readonly=True) as s:
-        return [(p, c) for p, c in s.execute(q)]
+    return [(p, c) for p, c in conn.execute(q)]

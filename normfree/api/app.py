@@ -85,7 +85,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
-        threading.Thread(target=services.warm_up, name="normfree-warm-up", daemon=True).start()
+        threading.Thread(
+            target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
+        ).start()
         try:
             yield
         finally:

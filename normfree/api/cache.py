@@ -59,7 +59,7 @@ def _matches(request: Request, etag: str) -> bool:
 class ResponseCache:
     """An LRU of encoded responses (or other built values) by key, one build per key at a time."""
 
-    def __init__(self, max_entries: int = 512) -> None:
+    def __init__(self, max_entries: int = 2048) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
@@ -111,13 +111,18 @@ def respond(
     build: Callable[[], Cached],
     *,
     status_code: int = 200,
+    store: bool = True,
 ) -> Response:
-    """A 304 when the client holds ``key``'s ETag, else the cached (or built) body."""
+    """A 304 when the client holds ``key``'s ETag, else the cached (or built) body.
+
+    ``store=False`` builds every time and keeps nothing: for reads that are cheap, scale-free
+    and rarely repeated (one trial of thousands), which would only push the shared boards out.
+    """
     etag = etag_of(key)
     headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
     if _matches(request, etag):
         return Response(status_code=304, headers=headers)
-    hit = cache.get_or_build(key, build)
+    hit = cache.get_or_build(key, build) if store else build()
     return Response(hit.body, status_code, media_type=hit.media_type, headers=headers)
 
 

@@ -5,7 +5,8 @@ small query per request (``api.cache`` explains why that is never stale). The bu
 ordinary service functions; this module only decides what may be reused:
 
 - a leaderboard: the proxy's read version (bumped when one of its trials finishes), the
-  candidates' version (groups and properties are shown), the database's identity;
+  candidates' version (groups and properties are shown), the database's identity, and how many
+  function analyses this process has done (``api.enrich``);
 - the candidate list: the candidates' version;
 - a study's summary and page: ``services.study_key`` (status, update time, per-status counts);
 - a trial: its status and ``updated_at`` (every write to it moves the pair).
@@ -39,7 +40,10 @@ def leaderboard_key(
     """What ``services.leaderboard(proxy, ...)`` shows depends on."""
     with state.db.read() as conn:
         versions = _versions(conn, f"proxy:{proxy}", "candidates")
-    return ("leaderboard", proxy, group or None, tuple(properties or ()), study_id, versions)
+    # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
+    epoch = services.ENRICHER.epoch
+    params = (proxy, group or None, tuple(properties or ()), study_id)
+    return ("leaderboard", *params, versions, epoch)
 
 
 def leaderboard(

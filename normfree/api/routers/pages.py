@@ -214,7 +214,9 @@ def page_study_figure(
 def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
     """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
     key = ("page-trial", str(request.base_url), reads.trial_key(state, trial_id))
-    return cache.respond(request, state.cache, key, lambda: _trial_page(request, state, trial_id))
+    return cache.respond(
+        request, state.cache, key, lambda: _trial_page(request, state, trial_id), store=False
+    )
 
 
 def _trial_page(request: Request, state: StateDep, trial_id: int) -> cache.Cached:

@@ -23,5 +23,9 @@ def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: Tria
     Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304)."""
     key = reads.trial_key(state, trial_id)
     return cache.respond(
-        request, state.cache, key, lambda: cache.json_body(services.get_trial(state, trial_id))
+        request,
+        state.cache,
+        key,
+        lambda: cache.json_body(services.get_trial(state, trial_id)),
+        store=False,
     )

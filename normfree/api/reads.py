@@ -25,9 +25,16 @@ from normfree.api import services
 from normfree.api.errors import not_found
 from normfree.storage import reads
 
+Key = tuple[Hashable, Hashable]  # (family: what is shown, version: what it depends on)
+
 
 def _versions(conn: Any, *scopes: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(reads.versions(conn, [*scopes, "database"]).items()))
+
+
+def derived(kind: str, key: Key, *extra: Hashable) -> Key:
+    """The key of something built from ``key``'s data (a page, a model, a figure)."""
+    return ((kind, key[0], *extra), key[1])
 
 
 def leaderboard_key(
@@ -36,14 +43,14 @@ def leaderboard_key(
     group: str | None = None,
     properties: list[str] | None = None,
     study_id: int | None = None,
-) -> Hashable:
+) -> Key:
     """What ``services.leaderboard(proxy, ...)`` shows depends on."""
     with state.db.read() as conn:
         versions = _versions(conn, f"proxy:{proxy}", "candidates")
     # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
     epoch = services.ENRICHER.epoch
     params = (proxy, group or None, tuple(properties or ()), study_id)
-    return ("leaderboard", *params, versions, epoch)
+    return (("leaderboard", *params), (versions, epoch))
 
 
 def leaderboard(
@@ -53,21 +60,21 @@ def leaderboard(
     group: str | None = None,
     properties: list[str] | None = None,
     study_id: int | None = None,
-    key: Hashable | None = None,
+    key: Key | None = None,
 ) -> S.LeaderboardPublic:
     """``services.leaderboard``, built once per key."""
     key = key or leaderboard_key(state, proxy, group, properties, study_id)
     return state.cache.get_or_build(
-        ("leaderboard-model", key),
+        derived("leaderboard-model", key),
         lambda: services.leaderboard(
             state, proxy, group=group, properties=properties, study_id=study_id
         ),
     )
 
 
-def candidates_key(state: services.ServiceState, *params: Any) -> Hashable:
+def candidates_key(state: services.ServiceState, *params: Any) -> Key:
     with state.db.read() as conn:
-        return ("candidates", params, _versions(conn, "candidates"))
+        return (("candidates", params), _versions(conn, "candidates"))
 
 
 def candidates(
@@ -77,29 +84,29 @@ def candidates(
     properties: list[str] | None = None,
     source: str | None = None,
     q: str | None = None,
-    key: Hashable | None = None,
+    key: Key | None = None,
 ) -> S.CandidateList:
     """``services.list_candidates``, built once per key."""
     params = (group, tuple(properties or ()), source, q)
     key = key or candidates_key(state, *params)
     return state.cache.get_or_build(
-        ("candidates-model", key),
+        derived("candidates-model", key),
         lambda: services.list_candidates(
             state, group=group, properties=properties, source=source, q=q
         ),
     )
 
 
-def trial_key(state: services.ServiceState, trial_id: int) -> Hashable:
+def trial_key(state: services.ServiceState, trial_id: int) -> Key:
     with state.db.read() as conn:
         stamp = reads.trial_stamp(conn, trial_id)
         versions = _versions(conn)
     if stamp is None:
         raise not_found("trial", trial_id)
-    return ("trial", trial_id, stamp, versions)
+    return (("trial", trial_id), (stamp, versions))
 
 
-def study_key(state: services.ServiceState, study_id: int) -> Hashable:
+def study_key(state: services.ServiceState, study_id: int) -> Key:
     """A study's summary, page and figure: its status, update time and per-status counts (see
     ``services.study_key``), and whether this process drives it."""
     with state.db.read() as conn:
@@ -108,7 +115,7 @@ def study_key(state: services.ServiceState, study_id: int) -> Hashable:
     if stamp is None:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
-    return ("study", study_id, stamp, active, versions)
+    return (("study", study_id), (stamp, active, versions))
 
 
 # -- a candidate's results ------------------------------------------------------------------------

@@ -1010,7 +1010,7 @@ def _study_cells(
         generate = _generate_report(state, row["id"]) if row["kind"] == "generate" else None
         return cells, objective, direction, generate
 
-    return state.cache.get_or_build(("study-cells", key), build)
+    return state.cache.get_or_build((("study-cells", row["id"]), key), build)
 
 
 def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.StudyDetail:

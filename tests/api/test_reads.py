@@ -64,6 +64,7 @@ def test_cached_reads_follow_a_finishing_trial(
         assert r.headers["cache-control"] == "no-cache"
         again = c.get(u, headers={**HTML, "If-None-Match": etag})
         assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+    assert first["/?proxy=vit-tiny"].headers["content-encoding"] == "gzip"  # stored gzipped once
     board = first["/api/leaderboards/vit-tiny"].json()
     assert sum(r["n_total"] for r in board["rows"]) == 2
     summary = first[f"/api/studies/{sid}?trials=false"].json()

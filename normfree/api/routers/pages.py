@@ -86,7 +86,8 @@ def page_leaderboard(
     proxy = proxy or (proxies[0] if proxies else None)
     wanted = [p for p in properties or [] if p]
     lb_key = reads.leaderboard_key(state, proxy, group or None, wanted) if proxy else None
-    key = ("page-leaderboard", str(request.base_url), tuple(proxies), lb_key, group, tuple(wanted))
+    family = ("page-leaderboard", str(request.base_url), proxy, group, tuple(wanted))
+    key = (family, (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1]))
 
     def build() -> cache.Cached:
         board = None
@@ -171,7 +172,9 @@ def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdP
     trial table loads a page at a time from ``/api/studies/{id}/trials``. Cached like the
     study's summary."""
     error = state.runner.errors.get(study_id) if state.runner else None
-    key = ("page-study", str(request.base_url), reads.study_key(state, study_id), error)
+    key = reads.derived(
+        "page-study", reads.study_key(state, study_id), str(request.base_url), error
+    )
 
     def build() -> cache.Cached:
         detail = services.get_study(state, study_id, trials=False)
@@ -206,14 +209,14 @@ def page_study_figure(
         fig = _study_figure(services.get_study(state, study_id, trials=False))
         return cache.Cached(fig.to_json().encode(), "application/json")
 
-    key = ("study-figure", reads.study_key(state, study_id))
+    key = reads.derived("study-figure", reads.study_key(state, study_id))
     return cache.respond(request, state.cache, key, build)
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse, name="page_trial")
 def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
     """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
-    key = ("page-trial", str(request.base_url), reads.trial_key(state, trial_id))
+    key = reads.derived("page-trial", reads.trial_key(state, trial_id), str(request.base_url))
     return cache.respond(
         request, state.cache, key, lambda: _trial_page(request, state, trial_id), store=False
     )

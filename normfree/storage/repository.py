@@ -908,6 +908,21 @@ class Repository:
             )
             return row is not None and (scope is None or scope in (row.scopes or []))
 
+    def token_name(self, plaintext: str, scope: str | None = None) -> str | None:
+        """The name of the active token ``plaintext`` (holding ``scope`` if one is asked for),
+        or None; one indexed read on a plain connection (it runs on every write request)."""
+        if not plaintext:
+            return None
+        t = ApiTokenRow.__table__
+        q = select(t.c.name, t.c.scopes).where(
+            t.c.token_hash == _token_hash(plaintext), t.c.revoked_at.is_(None)
+        )
+        with self.db.read() as conn:
+            row = conn.execute(q).first()
+        if row is None or (scope is not None and scope not in (row.scopes or [])):
+            return None
+        return str(row.name)
+
     def revoke_token(self, name: str) -> bool:
         """Revoke the active token named ``name``; False if there was none."""
         with self.db.session() as s:

@@ -65,6 +65,9 @@ FUNCTIONS = [
     "power23clip",
 ]
 VALUES = [round(-2 + 0.25 * i, 2) for i in range(17)]  # -2 .. 2
+# --quick: 2 functions x 3 values + LayerNorm (7 arms, 42 trials a study) to stay under 30 s.
+GRID = {"functions": FUNCTIONS, "values": VALUES}
+QUICK_GRID = {"functions": FUNCTIONS[:2], "values": [-1.0, 0.0, 1.0]}
 SEEDS = 6
 LAYERS = ("blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2", "norm_final")
 # Submissions whose prescreen the server knows after the warm-up.
@@ -112,9 +115,9 @@ def _spec(i: int) -> Any:
         name=f"bench study {i} (synthetic results)",
         proxy=PROXY,
         seeds=SEEDS,
-        functions=FUNCTIONS,
+        functions=GRID["functions"],
         transform="shift_h",
-        values=VALUES,
+        values=GRID["values"],
         baselines=["layernorm"],
         epochs=1,
     )
@@ -166,6 +169,10 @@ def synthetic(config: Any, rng: random.Random) -> Any:
     )
 
 
+def _study_size() -> int:
+    return (len(GRID["functions"]) * len(GRID["values"]) + 1) * SEEDS
+
+
 def _plan(repo: Any, i: int) -> int:
     from normfree.workers.scheduling import plan_grid
 
@@ -211,18 +218,27 @@ def seed_to(url: str, target: int, writers: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     written = 0
     ctx = mp.get_context("spawn")
-    with ctx.Pool(writers) as pool:
+    pool = ctx.Pool(writers) if writers > 1 else None
+    try:
         while have + written < target:
             batch = []
             for _ in range(writers):
-                if have + written + len(batch) * 1026 >= target:
+                if have + written + len(batch) * _study_size() >= target:
                     break
                 batch.append(_plan(repo, studies))
                 studies += 1
             if not batch:
                 batch.append(_plan(repo, studies))
                 studies += 1
-            written += sum(pool.starmap(_finish_study, [(url, sid, sid) for sid in batch]))
+            jobs = [(url, sid, sid) for sid in batch]
+            if pool is None:  # one writer: in this process (no start-up cost)
+                written += sum(_finish_study(*job) for job in jobs)
+            else:
+                written += sum(pool.starmap(_finish_study, jobs))
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
     db.dispose()
     dt = time.perf_counter() - t0
     return {
@@ -415,7 +431,7 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
     db = Database(url)
     repo = Repository(db, max_attempts=3)
     token = repo.create_token(f"bench-{uuid.uuid4().hex[:8]}")
-    probe_sid = _plan(repo, 10_000 + info["studies"])  # 1,026 waiting trials for the probe
+    probe_sid = _plan(repo, 10_000 + info["studies"])  # a study of waiting trials for the probe
     db.dispose()
     server_args = ["--no-run-studies", "--workers", str(args.workers)]
     out: dict[str, Any] = {}
@@ -551,7 +567,9 @@ def _ids(url: str) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small run, under 30 s (SQLite)")
+    ap.add_argument(
+        "--quick", action="store_true", help="small run (SQLite, 7 arms, 300 trials): < 30 s"
+    )
     ap.add_argument("--backends", default=None, help="sqlite,postgresql")
     ap.add_argument("--scales", default=None, help="finished trials, e.g. 10000,100000")
     ap.add_argument("--clients", type=int, default=32)
@@ -560,14 +578,18 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=None, help="trial writes per latency probe")
     ap.add_argument("--writers", type=int, default=2, help="seeding processes")
     ap.add_argument("--workers", type=int, default=1, help="server processes")
+    ap.add_argument("--out", type=Path, default=None, help="results file (default: bench/results)")
     args = ap.parse_args()
     backends = (args.backends or ("sqlite" if args.quick else "sqlite,postgresql")).split(",")
-    scales = [
-        int(x) for x in (args.scales or ("1000,3000" if args.quick else "10000,100000")).split(",")
-    ]
-    args.requests = args.requests or (96 if args.quick else 640)
-    args.max_seconds = args.max_seconds or (3.0 if args.quick else 60.0)
-    args.writes = args.writes or (20 if args.quick else 200)
+    if args.quick:
+        GRID.update(QUICK_GRID)
+    default_scales = "300" if args.quick else "10000,100000"
+    if args.quick:
+        args.writers = 1
+    scales = [int(x) for x in (args.scales or default_scales).split(",")]
+    args.requests = args.requests or (48 if args.quick else 640)
+    args.max_seconds = args.max_seconds or (1.0 if args.quick else 60.0)
+    args.writes = args.writes or (10 if args.quick else 200)
 
     t_start = time.perf_counter()
     runs: dict[str, Any] = {}
@@ -598,8 +620,9 @@ def main() -> None:
         "clients": args.clients,
         "requests_per_endpoint": args.requests,
         "max_seconds_per_endpoint": args.max_seconds,
-        "data": "property studies of 1,026 trials (10 functions x 17 shift_h values + LayerNorm, "
-        "6 seeds), synthetic results (worker=synthetic-bench), written through the repository",
+        "data": f"property studies of {_study_size()} trials ({len(GRID['functions'])} functions "
+        f"x {len(GRID['values'])} shift_h values + LayerNorm, {SEEDS} seeds), synthetic results "
+        "(worker=synthetic-bench), written through the repository",
         "runs": runs,
         "total_s": round(time.perf_counter() - t_start, 1),
         "machine": {
@@ -610,8 +633,8 @@ def main() -> None:
         },
         "command": "python bench/bench_read_scale.py " + " ".join(sys.argv[1:]),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / ("read_scale_quick.json" if args.quick else "read_scale.json")
+    path = args.out or RESULTS / ("read_scale_quick.json" if args.quick else "read_scale.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out))
 

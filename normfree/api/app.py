@@ -89,7 +89,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
-        threading.Thread(target=services.warm_up, name="normfree-warm-up", daemon=True).start()
+        threading.Thread(
+            target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
+        ).start()
         try:
             yield
         finally:
@@ -129,3 +131,9 @@ def create_app(
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app
+
+
+def create_worker_app() -> FastAPI:
+    """The app of one of ``normfree serve --workers N``'s processes: the process settings, no
+    study runner (N runners would drive the same studies), the schema already migrated."""
+    return create_app(get_settings(), run_studies=False, migrate=False)

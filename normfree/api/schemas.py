@@ -48,6 +48,11 @@ class CandidateCreate(_In):
 class PrescreenPublic(_Out):
     """The zero-cost check run at submission (seconds): does the initialised proxy train at all?"""
 
+    status: Literal["pending", "done", "failed"] = Field(
+        default="done",
+        description="pending: it runs after the answer (GET the candidate for its result); "
+        "failed: it could not run (see error); done: ok and result hold its verdict.",
+    )
     ok: bool = Field(description="False when the prescreen could not run or flagged the function.")
     proxy: str | None = None
     result: dict[str, Any] = Field(default_factory=dict)
@@ -102,7 +107,11 @@ class LeaderboardRow(_Out):
     """One arm (a candidate under one proxy) aggregated over seeds."""
 
     rank: int
-    candidate: str
+    candidate: str = Field(description="The arm's label: the function, and its options if any.")
+    function: str | None = Field(
+        default=None, description="The function the arm ran (its norm name, without options)."
+    )
+    arm_key: str | None = None
     group: str | None = None
     properties: dict[str, Any] = Field(default_factory=dict)
     n: int = Field(description="Seeds that completed and count towards the mean.")
@@ -259,6 +268,14 @@ class TrialSummary(_Out):
     attempt: int = 0
     axis_values: dict[str, Any] = Field(default_factory=dict)
     objective_value: float | None = None
+
+
+class TrialPage(_Out):
+    """One page of a study's trials, in id order; pass ``next_cursor`` back for the next."""
+
+    count: int
+    items: list[TrialSummary]
+    next_cursor: str | None = None
 
 
 class StudyDetail(StudyPublic):

@@ -21,6 +21,8 @@ from functools import lru_cache
 from typing import Any
 
 from normfree.api import schemas as S
+from normfree.api.cache import ResponseCache
+from normfree.api.enrich import MISSING, Enricher
 from normfree.api.errors import ApiError, not_found
 from normfree.settings import Settings
 from normfree.specs import BASELINES, StudySpec
@@ -147,6 +149,8 @@ class ServiceState:
     # random valid formulas would each cost seconds).
     prescreen: bool = True
     started_at: float = field(default_factory=time.time)
+    # Encoded reads keyed by the versions of what they show (api.cache); one per process.
+    cache: ResponseCache = field(default_factory=ResponseCache)
 
     @classmethod
     def open(
@@ -173,26 +177,13 @@ class ServiceState:
         return self.repo.db
 
     def verify_token(self, token: str) -> str | None:
-        """The token's name when it is active, else None.
+        """The token's name when it is active, else None (recorded as a submission's submitter).
 
-        ``Repository.verify_token`` answers a bool; the name (recorded as a submission's
-        submitter) is looked up by the stored SHA-256, falling back to "api" if that fails.
+        One indexed read (``Repository.token_name``): every write request pays it.
         """
-        if len(token) > 256 or not self.repo.verify_token(token):
+        if not token or len(token) > 256:
             return None
-        try:
-            import hashlib
-
-            from sqlalchemy import select
-
-            from normfree.storage.models import ApiTokenRow
-
-            digest = hashlib.sha256(token.encode()).hexdigest()
-            with self.db.session(readonly=True) as s:
-                name = s.scalar(select(ApiTokenRow.name).where(ApiTokenRow.token_hash == digest))
-            return str(name) if name else "api"
-        except Exception:  # the name is a nicety; the token was verified by storage
-            return "api"
+        return self.repo.token_name(token)
 
     def close(self) -> None:
         if self.runner is not None:
@@ -330,10 +321,17 @@ def _catalog_public() -> tuple[S.CandidatePublic, ...]:
     return _CATALOG
 
 
-def warm_up() -> None:
-    """Load the catalog and its properties once (the first request would otherwise pay)."""
+def warm_up(state: ServiceState | None = None) -> None:
+    """Load the catalog and its properties once (the first request would otherwise pay), then
+    queue the analysis of every function with finished trials (``api.enrich``)."""
     try:
         _catalog_public()
+        if state is not None:
+            from normfree.storage import reads
+
+            with state.db.read() as conn:
+                names = sorted({c for _p, c in reads.arm_candidates(conn)})
+            ENRICHER.want(n for n in names if n not in BASELINES)
     except Exception:  # a warm-up failure shows up again, with its reason, in the request
         log.warning("catalog warm-up failed", exc_info=True)
 
@@ -478,8 +476,8 @@ def find_duplicate(repo: Any, candidate: Any) -> str | None:
     for row in repo.list_candidates(fingerprint=candidate.fingerprint):
         if row["name"] != candidate.name:
             return str(row["name"])
-    for row in repo.list_candidates():
-        if row.get("canonical") == candidate.canonical and row["name"] != candidate.name:
+    for row in repo.list_candidates(canonical=candidate.canonical):
+        if row["name"] != candidate.name:
             return str(row["name"])
     return None
 
@@ -487,7 +485,11 @@ def find_duplicate(repo: Any, candidate: Any) -> str | None:
 def submit_candidate(
     state: ServiceState, data: S.CandidateCreate, submitter: str | None, *, prescreen: bool = True
 ) -> S.CandidateSubmitted:
-    """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form."""
+    """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form.
+
+    The prescreen is answered when this process knows it for the function; otherwise it runs
+    after the answer (``prescreen.status == "pending"``, see ``api.prescreens``).
+    """
     repo = state.repo
     if data.name in BASELINES or _is_catalog_name(data.name):
         raise ApiError(
@@ -512,10 +514,13 @@ def submit_candidate(
             f"a different candidate is already named {data.name!r}; choose another name",
             {"field": "name", "existing_formula": existing.get("formula")},
         )
+    from normfree.api import prescreens
+
+    screening = prescreen and state.prescreen
     duplicate = find_duplicate(repo, cand)
-    screen = run_prescreen(cand) if prescreen and state.prescreen else None
     pub = _candidate_public(cand, source="user")
     if duplicate is not None:
+        screen = prescreens.request(state, cand, None) if screening else None
         return S.CandidateSubmitted(
             **pub.model_dump(), created=False, duplicate_of=duplicate, prescreen=screen
         )
@@ -524,6 +529,8 @@ def submit_candidate(
     # citation column (for a user formula, the text saying where it comes from).
     row["citation"] = data.description or None
     repo.upsert_candidate(row, submitter=submitter)
+    # after the row exists: a prescreen that ends at once can record itself on it
+    screen = prescreens.request(state, cand, data.name) if screening else None
     stored = repo.get_candidate(data.name) or row
     out = _candidate_public(stored, source="user").model_dump()
     out["properties"] = out["properties"] or pub.properties
@@ -585,40 +592,41 @@ def candidate_plot(cand: Any) -> S.PlotData | None:
     return S.PlotData(**clean)  # type: ignore[arg-type]
 
 
-def candidate_results(state: ServiceState, name: str) -> list[dict[str, Any]]:
-    """The candidate's leaderboard rows across every proxy that has trials of it."""
-    proxies = sorted({t["proxy"] for t in state.repo.list_trials(candidate=name)})
-    out = []
-    for proxy in proxies:
-        board = leaderboard(state, proxy)
-        for row in board.rows:
-            if row.candidate == name:
-                out.append({"proxy": proxy, "objective": board.objective, **row.model_dump()})
-    return out
-
-
 # -------------------------------------------------------------------------------- leaderboard
 
 
-def _enrich(group: str | None, props: Mapping[str, Any] | None, name: str) -> tuple[Any, Any]:
-    """Fill group/properties from the catalog for names storage has no candidate row for."""
+def _enrich(
+    group: str | None, props: Mapping[str, Any] | None, name: str, *, wait: bool = True
+) -> tuple[Any, Any]:
+    """Fill group/properties from the catalog for names storage has no candidate row for.
+
+    ``wait=False`` takes only what ``ENRICHER`` has analysed and queues the rest.
+    """
     if group and props:
         return group, props
     if name in BASELINES:
         return group or "baseline", props or {}
-    info = _catalog_info(name)
+    if wait:
+        info = ENRICHER.get(name)
+    else:
+        info = ENRICHER.peek(name)
+        if info is MISSING:
+            ENRICHER.want([name])
+            info = None
     if info is None:
         return group, props or {}
     return group or info[0], props or info[1]
 
 
-@lru_cache(maxsize=4096)
 def _catalog_info(name: str) -> tuple[str, dict[str, Any]] | None:
-    """(group, properties) of a catalog name or transform call, computed once per name."""
+    """(group, properties) of a catalog name or transform call (50-200 ms of sympy)."""
     cand = _resolve_cached(name)
     if cand is None:
         return None
     return cand.group, candidate_dict(cand).get("properties") or {}
+
+
+ENRICHER = Enricher(_catalog_info)
 
 
 def leaderboard(
@@ -641,7 +649,10 @@ def leaderboard(
     direction = next((r.get("direction") for r in rows if r.get("direction")), "maximize")
     best_rank = rows[0]["rank"] if rows else None
     for r in rows:
-        grp, props = _enrich(r.get("group"), r.get("properties"), r["candidate"])
+        # a filter must see every row's group and properties; a plain board shows what is known
+        grp, props = _enrich(
+            r.get("group"), r.get("properties"), r["candidate"], wait=bool(group or properties)
+        )
         if group and grp != group:
             continue
         if properties and not matches_properties(props, properties):
@@ -657,6 +668,8 @@ def leaderboard(
             S.LeaderboardRow(
                 rank=r["rank"],
                 candidate=label,
+                function=r["candidate"],
+                arm_key=r.get("arm_key"),
                 group=grp,
                 properties=props or {},
                 n=r.get("n", 0),
@@ -703,10 +716,7 @@ def _known_proxy(proxy: str) -> bool:
 
 def proxies_with_results(state: ServiceState) -> list[str]:
     """Proxies that have finished trials, then the registry's others."""
-    seen: list[str] = []
-    for t in state.repo.list_trials(status=["COMPLETE", "DIVERGED", "FAILED", "PRUNED"]):
-        if t["proxy"] not in seen:
-            seen.append(t["proxy"])
+    seen: list[str] = list(state.repo.list_proxies())
     try:
         from normfree.workers.proxies import PROXIES
 
@@ -719,11 +729,18 @@ def proxies_with_results(state: ServiceState) -> list[str]:
 # ------------------------------------------------------------------------------------ studies
 
 
-def _progress(repo: Any, study_id: int) -> S.StudyProgress:
-    p = repo.study_progress(study_id)
-    c = p["counts"]
+def _progress(repo: Any, study_id: int, counts: Mapping[str, int] | None = None) -> S.StudyProgress:
+    """Counts per status (an index-only count over the study's rows)."""
+    from normfree.storage import reads
+
+    if counts is None:
+        with repo.db.read() as conn:
+            counts = reads.study_counts(conn, study_id)
+    c = dict(counts)
+    total = sum(c.values())
+    finished = total - c.get("WAITING", 0) - c.get("RUNNING", 0)
     return S.StudyProgress(
-        total=p["total"],
+        total=total,
         waiting=c.get("WAITING", 0),
         running=c.get("RUNNING", 0),
         complete=c.get("COMPLETE", 0),
@@ -731,12 +748,14 @@ def _progress(repo: Any, study_id: int) -> S.StudyProgress:
         pruned=c.get("PRUNED", 0),
         failed=c.get("FAILED", 0),
         cancelled=c.get("CANCELLED", 0),
-        finished=p["finished"],
-        fraction=p["fraction_finished"],
+        finished=finished,
+        fraction=finished / total if total else 0.0,
     )
 
 
-def _study_public(state: ServiceState, row: Mapping[str, Any]) -> S.StudyPublic:
+def _study_public(
+    state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
+) -> S.StudyPublic:
     return S.StudyPublic(
         id=row["id"],
         kind=row["kind"],
@@ -746,7 +765,7 @@ def _study_public(state: ServiceState, row: Mapping[str, Any]) -> S.StudyPublic:
         spec=row["spec"],
         created_at=row.get("created_at"),
         updated_at=row.get("updated_at"),
-        progress=_progress(state.repo, row["id"]),
+        progress=_progress(state.repo, row["id"], counts),
         running_in_background=bool(state.runner and state.runner.is_active(row["id"])),
     )
 
@@ -948,39 +967,107 @@ def _generate_report(state: ServiceState, study_id: int) -> dict[str, Any]:
     return clean(study_report(store, study_id))
 
 
-def get_study(state: ServiceState, study_id: int) -> S.StudyDetail:
+def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
+    """What a study's summary shows depends on, read cheaply; plus the row and the counts.
+
+    A trial only moves forward (WAITING -> RUNNING -> a final status) and is never deleted, so the
+    per-status counts change whenever a trial finishes or is added: with the study row's status
+    and update time they say whether the cells (and the progress) changed.
+    """
+    from normfree.storage import reads
+
     row = state.repo.get_study(study_id)
     if row is None:
         raise not_found("study", study_id)
-    trials = clean(state.repo.list_trials(study_id))
-    cells, objective, direction = _cells(trials, row["spec"])
-    if objective is None:
-        try:
-            from normfree.workers.scheduling import objective_of
+    with state.db.read() as conn:
+        counts = reads.study_counts(conn, study_id)
+    key = (study_id, row["status"], row["updated_at"], tuple(sorted(counts.items())))
+    return key, row, counts
 
-            objective, direction = objective_of(row["proxy"])
-        except Exception:  # unknown proxy in an old study: leave the objective unnamed
-            pass
-    pub = _study_public(state, row)
+
+def _study_cells(
+    state: ServiceState, key: Any, row: Mapping[str, Any]
+) -> tuple[list[S.StudyCell], Any, Any, Any]:
+    """(cells, objective, direction, generate report) of a study, built once per ``key``."""
+
+    def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
+        from normfree.storage import reads
+
+        fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
+        with state.db.read() as conn:
+            trials = clean(reads.study_trial_rows(conn, row["id"], fields))
+        cells, objective, direction = _cells(trials, row["spec"])
+        if objective is None:
+            try:
+                from normfree.workers.scheduling import objective_of
+
+                objective, direction = objective_of(row["proxy"])
+            except Exception:  # unknown proxy in an old study: leave the objective unnamed
+                pass
+        generate = _generate_report(state, row["id"]) if row["kind"] == "generate" else None
+        return cells, objective, direction, generate
+
+    return state.cache.get_or_build((("study-cells", row["id"]), key), build)
+
+
+def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.StudyDetail:
+    """A study with progress and cells; ``trials`` adds every trial (use the paged list at scale:
+    ``list_study_trials``)."""
+    key, row, counts = study_key(state, study_id)
+    cells, objective, direction, generate = _study_cells(state, key, row)
+    pub = _study_public(state, row, counts)
+    listed: list[S.TrialSummary] = []
+    if trials:
+        from normfree.storage import reads
+
+        with state.db.read() as conn:
+            rows = clean(reads.study_trial_rows(conn, study_id))
+        listed = [_trial_summary(t) for t in rows]
     return S.StudyDetail(
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
-        generate=_generate_report(state, study_id) if row["kind"] == "generate" else None,
+        generate=generate,
         cells=cells,
-        trials=[
-            S.TrialSummary(
-                id=t["id"],
-                candidate=t["candidate"],
-                seed=t["seed"],
-                status=t["status"],
-                attempt=t.get("attempt", 0),
-                axis_values=t.get("axis_values") or {},
-                objective_value=t.get("value"),
-            )
-            for t in trials
-        ],
+        trials=listed,
     )
+
+
+def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
+    return S.TrialSummary(
+        id=t["id"],
+        candidate=t["candidate"],
+        seed=t["seed"],
+        status=t["status"],
+        attempt=t.get("attempt", 0),
+        axis_values=t.get("axis_values") or {},
+        objective_value=t.get("value"),
+    )
+
+
+def list_study_trials(
+    state: ServiceState,
+    study_id: int,
+    *,
+    limit: int = 100,
+    cursor: str | None = None,
+    status: list[str] | None = None,
+) -> S.TrialPage:
+    """One page of a study's trials in id order; ``next_cursor`` fetches the next one."""
+    from normfree.storage import reads
+
+    if state.repo.get_study(study_id) is None:
+        raise not_found("study", study_id)
+    after = 0
+    if cursor:
+        try:
+            after = int(cursor)
+        except ValueError:
+            raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
+    with state.db.read() as conn:
+        rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
+    items = [_trial_summary(t) for t in clean(rows)]
+    return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
 # Which actions are allowed from which study status, and the status they lead to.

@@ -26,7 +26,18 @@ from normfree.cli._output import emit, fail, json_option
     help="Drive studies created through the API inside this process (embedded default).",
 )
 @click.option("--log-level", default="info", show_default=True, help="uvicorn log level.")
-def serve(host: str | None, port: int | None, run_studies: bool, log_level: str) -> None:
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes. Reads are CPU-bound Python: on PostgreSQL (or a read-mostly SQLite "
+    "file) N processes serve up to N cores. More than one needs --no-run-studies (each "
+    "process would drive the same studies); run them with `normfree study run` or Ray jobs.",
+)
+def serve(
+    host: str | None, port: int | None, run_studies: bool, log_level: str, workers: int
+) -> None:
     """Start the REST API and the dashboard; prints the URL."""
     import uvicorn
 
@@ -36,13 +47,31 @@ def serve(host: str | None, port: int | None, run_studies: bool, log_level: str)
     settings = get_settings()
     host = host or settings.host
     port = settings.port if port is None else port
-    app = create_app(settings, run_studies=run_studies)
+    if workers > 1 and run_studies:
+        raise click.UsageError(
+            "--workers > 1 needs --no-run-studies: every process would drive the same studies"
+        )
+    app = create_app(settings, run_studies=run_studies) if workers == 1 else None
+    if app is None:
+        from normfree.api.services import open_repository
+
+        open_repository(settings).db.dispose()  # migrate once, before the processes start
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     click.echo(
         f"normfree dashboard: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)"
     )
     click.echo(f"database: {settings.database_url}", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    if app is not None:
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+    else:
+        uvicorn.run(
+            "normfree.api.app:create_worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            log_level=log_level,
+            workers=workers,
+        )
 
 
 @main.group()

@@ -89,6 +89,7 @@ class Database:
             read_engine = self.engine.execution_options(**{_SQLITE_BEGIN: "DEFERRED"})
         else:
             read_engine = self.engine
+        self._read_engine = read_engine
         self._write = sessionmaker(self.engine, expire_on_commit=False)
         self._read = sessionmaker(read_engine, expire_on_commit=False)
 
@@ -110,6 +111,16 @@ class Database:
         maker = self._read if readonly else self._write
         with maker() as session, session.begin():
             yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        """A Core connection in one read transaction (deferred on SQLite; one snapshot).
+
+        For the small, hot reads of the API (versions, stamps, pages): an ORM session costs
+        several times the query itself there.
+        """
+        with self._read_engine.begin() as conn:
+            yield conn
 
     def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema with Alembic (idempotent; safe to call at every start)."""

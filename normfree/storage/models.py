@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -127,6 +128,9 @@ class CandidateRow(Base):
     citation: Mapped[str | None] = mapped_column(Text)
     submitter: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The submission's prescreen (api.submissions): {"status": "pending"|"done"|"failed", ...};
+    # NULL when none was asked for. Written after the answer, so every API worker can show it.
+    prescreen: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
 
 
 class StudyRow(Base):
@@ -194,7 +198,7 @@ class TrialRow(Base):
     diverged_at_step: Mapped[int | None] = mapped_column(Integer)
     # first loss-spike step (issue 9; a divergence counts as one); NULL: none, or before 0005
     spike_step: Mapped[int | None] = mapped_column(Integer)
-    # why a DIVERGED trial failed to train (non-finite loss, blow-up, no learning); NULL before 0006
+    # why a DIVERGED trial failed to train (non-finite loss, blow-up, no learning); NULL before 0007
     failure: Mapped[str | None] = mapped_column(String(300))
     train_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     total_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
@@ -252,6 +256,56 @@ class TrialDiagnosticRow(Base):
     branch_norm: Mapped[float | None] = mapped_column(FiniteFloat)
     grad_norm: Mapped[float | None] = mapped_column(FiniteFloat)
     extra: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ArmResultRow(Base):
+    """The finished trials of one arm on one proxy, summarised (``storage.aggregates``).
+
+    Kept in the transaction that finishes a trial, so a leaderboard reads one row per arm instead
+    of every trial. It holds what the leaderboard statistics need and nothing they could not be
+    recomputed from: counts per status, the latest value of each seed (``seeds``: ``{"seed":
+    [value, order]}``), the first finished trial's norm, axes and overrides, the first objective
+    and the last direction. ``*_order`` are ``aggregates.order_key`` strings (finish time, then
+    id): the order the trials of an arm are read in from scratch.
+    """
+
+    __tablename__ = "arm_results"
+    __table_args__ = (
+        UniqueConstraint("proxy", "arm_key"),
+        # LayerNorm pairing: the reference arms of one context.
+        Index("ix_arm_results_context", "proxy", "context_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    proxy: Mapped[str] = mapped_column(String(100))
+    arm_key: Mapped[str] = mapped_column(String(64))
+    context_key: Mapped[str] = mapped_column(String(64))
+    candidate: Mapped[str] = mapped_column(String(200))
+    first_order: Mapped[str] = mapped_column(String(40))
+    norm: Mapped[dict[str, Any]] = mapped_column()
+    axis_values: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    overrides: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    objective: Mapped[str | None] = mapped_column(String(100))
+    objective_order: Mapped[str | None] = mapped_column(String(40))
+    direction: Mapped[str | None] = mapped_column(String(10))
+    direction_order: Mapped[str | None] = mapped_column(String(40))
+    n_trials: Mapped[int] = mapped_column(Integer, default=0)
+    n_diverged: Mapped[int] = mapped_column(Integer, default=0)
+    n_failed: Mapped[int] = mapped_column(Integer, default=0)
+    n_pruned: Mapped[int] = mapped_column(Integer, default=0)
+    seeds: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    study_ids: Mapped[list[Any]] = mapped_column(default=list)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class ReadVersionRow(Base):
+    """A counter per cached read (``proxy:<name>``, ``candidates``), bumped in the transaction
+    that changes what the read shows; the API keys its response cache and ETags on it."""
+
+    __tablename__ = "read_versions"
+
+    scope: Mapped[str] = mapped_column(String(250), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class ApiTokenRow(Base):

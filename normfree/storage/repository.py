@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import secrets
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timedelta
@@ -31,7 +30,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import selectinload
 
 from normfree.specs import EpochRecord, StudySpec, TrialConfig, TrialResult
-from normfree.storage import stats
+from normfree.storage import aggregates, stats
+from normfree.storage import leaderboard as boards
 from normfree.storage.db import Database
 from normfree.storage.models import (
     STUDY_STATUSES,
@@ -65,8 +65,8 @@ DIAGNOSTIC_FIELDS = (
     "branch_norm",
     "grad_norm",
 )
-BASELINE_GROUP = "baseline"
-REFERENCE_NORM = "layernorm"
+BASELINE_GROUP = boards.BASELINE_GROUP
+REFERENCE_NORM = boards.REFERENCE_NORM
 
 TrialItem = (
     TrialConfig
@@ -148,6 +148,7 @@ def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
         "citation": row.citation,
         "submitter": row.submitter,
         "created_at": _iso(row.created_at),
+        "prescreen": row.prescreen,
     }
 
 
@@ -284,7 +285,20 @@ class Repository:
             CandidateRow.id
         )
         with self.db.session() as s:
-            return int(s.execute(stmt).scalar_one())
+            cid = int(s.execute(stmt).scalar_one())
+            aggregates.bump(s, "candidates")  # leaderboards and lists show group and properties
+            return cid
+
+    def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool:
+        """Record a stored candidate's prescreen (its status and result); False if none is named
+        ``name``. Written after the submission's answer, by the process that ran it."""
+        with self.db.session() as s:
+            res = s.execute(
+                update(CandidateRow)
+                .where(CandidateRow.name == name)
+                .values(prescreen=_jsonable(dict(prescreen)))
+            )
+            return res.rowcount == 1
 
     def get_candidate(self, name: str) -> dict[str, Any] | None:
         """The candidate named ``name`` as a dict (keys as the table's columns), or None."""
@@ -298,6 +312,7 @@ class Repository:
         group: str | None = None,
         submitter: str | None = None,
         fingerprint: str | None = None,
+        canonical: str | None = None,
         properties: Mapping[str, Any] | None = None,
         name_contains: str | None = None,
         limit: int | None = None,
@@ -311,12 +326,14 @@ class Repository:
             q = q.where(CandidateRow.submitter == submitter)
         if fingerprint is not None:
             q = q.where(CandidateRow.fingerprint == fingerprint)
+        if canonical is not None:
+            q = q.where(CandidateRow.canonical == canonical)
         if name_contains:
             q = q.where(CandidateRow.name.contains(name_contains, autoescape=True))
         with self.db.session(readonly=True) as s:
             rows = [_candidate_dict(r) for r in s.scalars(q)]
         if properties:
-            rows = [r for r in rows if _props_match(r["properties"], properties)]
+            rows = [r for r in rows if boards.props_match(r["properties"], properties)]
         return rows[offset : None if limit is None else offset + limit]
 
     # -- studies -----------------------------------------------------------------------------
@@ -616,6 +633,7 @@ class Repository:
                 )
                 if res.rowcount == 1:
                     moved.append(tid)
+            aggregates.record_finished(s, moved)  # folds the ones that ended FAILED
         return moved
 
     # -- trials: results ---------------------------------------------------------------------
@@ -719,6 +737,7 @@ class Repository:
                         for d in by_key.values()
                     ],
                 )
+            aggregates.record_finished(s, [trial_id])
             return True
 
     def fail_trial(
@@ -740,6 +759,8 @@ class Repository:
             res = s.execute(
                 update(TrialRow).where(self._held(trial_id, owner, attempt)).values(**values)
             )
+            if res.rowcount == 1 and not again:
+                aggregates.record_finished(s, [trial_id])
             return res.rowcount == 1
 
     def release_lease(
@@ -853,15 +874,7 @@ class Repository:
 
     def list_proxies(self) -> list[str]:
         """Proxies that have finished trials, most finished first (for leaderboard menus)."""
-        finished = ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
-        with self.db.session(readonly=True) as s:
-            rows = s.execute(
-                select(TrialRow.proxy, func.count())
-                .where(TrialRow.status.in_(finished))
-                .group_by(TrialRow.proxy)
-                .order_by(func.count().desc(), TrialRow.proxy)
-            ).all()
-        return [p for p, _n in rows]
+        return boards.proxies_by_finished(self.db)
 
     # -- API tokens --------------------------------------------------------------------------
 
@@ -896,6 +909,21 @@ class Repository:
                 )
             )
             return row is not None and (scope is None or scope in (row.scopes or []))
+
+    def token_name(self, plaintext: str, scope: str | None = None) -> str | None:
+        """The name of the active token ``plaintext`` (holding ``scope`` if one is asked for),
+        or None; one indexed read on a plain connection (it runs on every write request)."""
+        if not plaintext:
+            return None
+        t = ApiTokenRow.__table__
+        q = select(t.c.name, t.c.scopes).where(
+            t.c.token_hash == _token_hash(plaintext), t.c.revoked_at.is_(None)
+        )
+        with self.db.read() as conn:
+            row = conn.execute(q).first()
+        if row is None or (scope is not None and scope not in (row.scopes or [])):
+            return None
+        return str(row.name)
 
     def revoke_token(self, name: str) -> bool:
         """Revoke the active token named ``name``; False if there was none."""
@@ -932,6 +960,7 @@ class Repository:
         metric: str | None = None,
         direction: stats.Direction | None = None,
         alpha: float = stats.ALPHA,
+        from_scratch: bool = False,
     ) -> list[dict[str, Any]]:
         """Ranked arms of ``proxy``: one row per arm (config without seed), over its seeds.
 
@@ -948,120 +977,23 @@ class Repository:
         ``p_vs_best`` (Welch), ``indistinguishable_from_best``, ``vs_layernorm`` (None or
         ``{n_pairs, seeds, mean_diff, std, ci_half_width, ci_low, ci_high}`` of candidate minus
         LayerNorm on shared seeds), ``study_ids``.
+
+        Read from the per-arm summaries (``storage.aggregates``: one row per arm, whatever the
+        number of trials); ``study_id`` and ``metric`` boards group trials instead, and
+        ``from_scratch=True`` recomputes everything from the trials (the reference the contract
+        tests compare with). Both give identical rows.
         """
-        finished = ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
-        q = (
-            select(TrialRow)
-            .where(TrialRow.proxy == proxy, TrialRow.status.in_(finished))
-            .order_by(TrialRow.finished_at, TrialRow.id)
+        return boards.leaderboard(
+            self.db,
+            proxy,
+            group=group,
+            properties=properties,
+            study_id=study_id,
+            metric=metric,
+            direction=direction,
+            alpha=alpha,
+            from_scratch=from_scratch,
         )
-        if study_id is not None:
-            q = q.where(TrialRow.study_id == study_id)
-        with self.db.session(readonly=True) as s:
-            trials = list(s.scalars(q))
-            names = sorted({t.candidate for t in trials})
-            cands = {
-                c.name: c
-                for chunk in _chunks(names, 500)
-                for c in s.scalars(select(CandidateRow).where(CandidateRow.name.in_(chunk)))
-            }
-            ln_by_context: dict[str, dict[int, float]] = {}
-            contexts = sorted({t.context_key for t in trials})
-            ln_q = select(TrialRow).where(
-                TrialRow.candidate == REFERENCE_NORM,
-                TrialRow.status == "COMPLETE",
-                TrialRow.proxy == proxy,
-            )
-            for chunk in _chunks(contexts, 500):
-                for t in s.scalars(
-                    ln_q.where(TrialRow.context_key.in_(chunk)).order_by(
-                        TrialRow.finished_at, TrialRow.id
-                    )
-                ):
-                    v = _value(t, metric)
-                    if v is not None:
-                        ln_by_context.setdefault(t.context_key, {})[t.seed] = v
-
-        arms: dict[str, list[TrialRow]] = defaultdict(list)
-        for t in trials:
-            arms[t.arm_key].append(t)
-
-        rows: list[dict[str, Any]] = []
-        for key, ts in arms.items():
-            first = ts[0]
-            cand = cands.get(first.candidate)
-            cgroup = cand.group if cand else (BASELINE_GROUP if _is_baseline(first) else None)
-            cprops = (cand.properties or {}) if cand else {}
-            if group is not None and cgroup != group:
-                continue
-            if properties and not _props_match(cprops, properties):
-                continue
-            by_seed: dict[int, float] = {}
-            for t in ts:  # ordered by finish time: the latest value of a seed wins
-                v = _value(t, metric) if t.status == "COMPLETE" else None
-                if v is not None:
-                    by_seed[t.seed] = v
-            dirs = [t.direction for t in ts if t.direction]
-            arm_dir: stats.Direction = direction or (dirs[-1] if dirs else "maximize")  # type: ignore[assignment]
-            summary = stats.summarize(list(by_seed.values()), 1 - alpha)
-            ln = ln_by_context.get(first.context_key, {})
-            vs_ln = None
-            shared = sorted(set(by_seed) & set(ln))
-            if shared and first.candidate != REFERENCE_NORM:
-                d = stats.paired_difference([by_seed[x] for x in shared], [ln[x] for x in shared])
-                vs_ln = {
-                    "n_pairs": d.n,
-                    "seeds": shared,
-                    "mean_diff": d.mean,
-                    "std": d.std,
-                    "ci_half_width": d.half_width,
-                    "ci_low": d.low,
-                    "ci_high": d.high,
-                }
-            cfg = dict(first.config)
-            rows.append(
-                {
-                    "arm_key": key,
-                    "candidate": first.candidate,
-                    "norm": first.norm,
-                    "axis_values": first.axis_values or {},
-                    "overrides": cfg.get("overrides") or {},
-                    "group": cgroup,
-                    "properties": cprops,
-                    "objective": metric or next((t.objective for t in ts if t.objective), None),
-                    "direction": arm_dir,
-                    "n": summary.n,
-                    "n_trials": len(ts),
-                    "n_diverged": sum(t.status == "DIVERGED" for t in ts),
-                    "n_failed": sum(t.status == "FAILED" for t in ts),
-                    "n_pruned": sum(t.status == "PRUNED" for t in ts),
-                    "mean": summary.mean,
-                    "std": summary.std,
-                    "ci_half_width": summary.half_width,
-                    "ci_low": summary.low,
-                    "ci_high": summary.high,
-                    "bound": summary.bound(arm_dir),
-                    "seeds": sorted(by_seed),
-                    "vs_layernorm": vs_ln,
-                    "study_ids": sorted({t.study_id for t in ts}),
-                    "_values": list(by_seed.values()),
-                    "_summary": summary,
-                }
-            )
-        rows.sort(key=lambda r: (stats.rank_key(r["_summary"], r["direction"]), r["candidate"]))
-        best_values = rows[0]["_values"] if rows and rows[0]["n"] else None
-        for i, r in enumerate(rows, start=1):
-            r["rank"] = i
-            if best_values is None or not r["_values"]:
-                r["p_vs_best"] = None
-                r["indistinguishable_from_best"] = i == 1 and best_values is not None
-            else:
-                r["p_vs_best"] = 1.0 if i == 1 else stats.welch_p_value(r["_values"], best_values)
-                r["indistinguishable_from_best"] = i == 1 or stats.indistinguishable(
-                    r["_values"], best_values, alpha
-                )
-            del r["_values"], r["_summary"]
-        return rows
 
 
 def _unpack(item: Any) -> tuple[TrialConfig, Mapping[str, Any] | None, int | None]:
@@ -1093,20 +1025,3 @@ def _epoch_values(trial_id: int, r: EpochRecord) -> dict[str, Any]:
 
 def _last_per_epoch(curves: Sequence[EpochRecord]) -> list[EpochRecord]:
     return list({r.epoch: r for r in curves}.values())
-
-
-def _props_match(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    return all(have.get(k) == v for k, v in want.items())
-
-
-def _is_baseline(t: TrialRow) -> bool:
-    from normfree.specs import BASELINES
-
-    return t.candidate in BASELINES and not (t.norm or {}).get("formula")
-
-
-def _value(t: TrialRow, metric: str | None) -> float | None:
-    if metric is None:
-        return t.objective_value
-    v = (t.metrics or {}).get(metric)
-    return float(v) if isinstance(v, int | float) else None

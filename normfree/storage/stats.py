@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Literal
 
 Direction = Literal["maximize", "minimize"]
@@ -47,8 +48,13 @@ class Summary:
         return asdict(self)
 
 
+@lru_cache(maxsize=4096)
 def t_quantile(n: int, confidence: float = 1 - ALPHA) -> float:
-    """Two-sided Student t critical value for a sample of size n (n >= 2)."""
+    """Two-sided Student t critical value for a sample of size n (n >= 2).
+
+    Memoised: a leaderboard asks for the same few (n, confidence) pairs for every arm, and each
+    scipy call costs tens of microseconds.
+    """
     from scipy import stats as _st  # lazy: scipy.stats costs ~1 s to import, most callers skip it
 
     return float(_st.t.ppf(0.5 + confidence / 2, n - 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -82,6 +83,17 @@ def test_private_reads(make_api, sqlite_database_url: str) -> None:
 # ------------------------------------------------------------------------------- candidates
 
 
+def _prescreen_when_done(api: Api, name: str, timeout: float = 120.0) -> dict:
+    """Poll the candidate (as a client would after a 202) until its prescreen has run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pre = api.client.get(f"/api/candidates/{name}").json()["prescreen"]
+        if pre and pre["status"] != "pending":
+            return pre
+        time.sleep(0.2)
+    raise AssertionError(f"the prescreen of {name} did not finish in {timeout} s")
+
+
 def test_submit_candidate_new_duplicate_and_conflicts(api: Api) -> None:
     c = api.client
     r = c.post(
@@ -89,7 +101,9 @@ def test_submit_candidate_new_duplicate_and_conflicts(api: Api) -> None:
         json={"name": "halfsquash", "formula": "2*u/(2+abs(u))", "description": "a wider ratio"},
         headers=api.auth,
     )
-    assert r.status_code == 201, r.text
+    # stored at once; the prescreen (seconds of training) runs after the answer
+    assert r.status_code == 202, r.text
+    assert r.headers["location"] == "/api/candidates/halfsquash"
     body = r.json()
     assert body["created"] is True and body["duplicate_of"] is None
     assert body["canonical"] and body["fingerprint"]
@@ -97,9 +111,12 @@ def test_submit_candidate_new_duplicate_and_conflicts(api: Api) -> None:
     assert body["properties"]["monotone"] == "increasing"
     assert body["description"] == "a wider ratio"
     assert body["submitter"] == "tester1"
-    pre = body["prescreen"]
+    assert body["prescreen"]["status"] == "pending"
+    pre = _prescreen_when_done(api, "halfsquash")
     assert pre["proxy"] == "vit-tiny" and pre["error"] is None, pre
     assert isinstance(pre["ok"], bool) and "survives" in pre["result"]
+    # stored on the candidate: every API process shows it
+    assert api.repo.get_candidate("halfsquash")["prescreen"]["result"] == pre["result"]
     # the same submission again: nothing new, the stored one is named
     again = c.post(
         "/api/candidates",
@@ -107,6 +124,14 @@ def test_submit_candidate_new_duplicate_and_conflicts(api: Api) -> None:
         headers=api.auth,
     )
     assert again.status_code == 200 and again.json()["created"] is False
+    # a known function's submission answers its prescreen at once
+    dup_known = c.post(
+        "/api/candidates",
+        json={"name": "halfsquash3", "formula": "4*u/(4+2*abs(u))"},
+        headers=api.auth,
+    )
+    assert dup_known.status_code == 200, dup_known.text
+    assert dup_known.json()["prescreen"]["result"] == pre["result"]
     # the same function under another name and spelling: a duplicate of the stored one
     dup = c.post(
         "/api/candidates",

@@ -35,7 +35,10 @@ def test_token_lifecycle_and_serve(tmp_path: Path) -> None:
         body = {"name": "clisquash", "formula": "atan(u)*2/pi"}
         auth = {"Authorization": f"Bearer {token}"}
         r = httpx.post(base + "api/candidates", json=body, headers=auth, timeout=180)
-        assert r.status_code == 200 and r.json()["duplicate_of"] == "arctan"
+        # a duplicate, nothing stored; 202 while this server's prescreen of arctan still runs
+        assert r.status_code in (200, 202) and r.json()["duplicate_of"] == "arctan"
+        if r.status_code == 202:
+            assert r.headers["location"] == "/api/candidates/arctan"
         revoked = run_cli(["token", "revoke", "alice", "--json"], url)
         assert json.loads(revoked.stdout) == {"name": "alice", "revoked": True}
         r = httpx.post(base + "api/candidates", json=body, headers=auth, timeout=180)

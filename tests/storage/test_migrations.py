@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -17,7 +18,7 @@ from normfree.storage import Database, Repository, optuna_storage_url
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
-HEAD = "0006"  # the newest revision
+HEAD = "0007"  # the newest revision
 
 
 def head(db: Database) -> str:
@@ -49,7 +50,8 @@ def test_migrate_is_idempotent(db: Database) -> None:
 
 def test_revisions_add_what_they_say(database_url: str) -> None:
     """0001: tables and keys; 0002: indexes, api_tokens; 0003: releases; 0004: NULL losses;
-    0005: spike_step; 0006: reference sets, trials.failure."""
+    0005: spike_step; 0006: arm_results, read_versions, candidates.prescreen (and back);
+    0007: reference sets, trials.failure (and back)."""
     db = Database(database_url)
     try:
         db.migrate("0001")
@@ -75,13 +77,29 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
         assert _nullable(insp, "trial_metrics", "train_loss")
         assert "spike_step" not in {c["name"] for c in insp.get_columns("trials")}
         db.migrate("0005")
+        assert _nullable(inspect(db.engine), "trials", "spike_step")
+        assert "arm_results" not in inspect(db.engine).get_table_names()
+        db.migrate("0006")
         insp = inspect(db.engine)
-        assert _nullable(insp, "trials", "spike_step")
+        assert {"arm_results", "read_versions"} <= set(insp.get_table_names())
+        assert _nullable(insp, "candidates", "prescreen")
         assert "reference_sets" not in insp.get_table_names()
+        with db.engine.begin() as conn:
+            command.downgrade(db.alembic_config(conn), "0005")
+        insp = inspect(db.engine)
+        assert "arm_results" not in insp.get_table_names()
+        assert "prescreen" not in {c["name"] for c in insp.get_columns("candidates")}
         db.migrate()
         insp = inspect(db.engine)
         assert {"reference_sets", "reference_rows"} <= set(insp.get_table_names())
         assert _nullable(insp, "trials", "failure")
+        with db.engine.begin() as conn:
+            command.downgrade(db.alembic_config(conn), "0006")
+        insp = inspect(db.engine)
+        assert "reference_sets" not in insp.get_table_names()
+        assert "failure" not in {c["name"] for c in insp.get_columns("trials")}
+        db.migrate()
+        assert db.current_revision() == HEAD
     finally:
         db.dispose()
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
 
-from normfree.api import services
+from normfree.api import cache, prescreens, reads, services
 from normfree.api.deps import Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
@@ -52,6 +52,11 @@ class CandidateDetail(CandidatePublic):
     status_code=201,
     responses={
         200: {"model": CandidateSubmitted, "description": "Already known: nothing stored."},
+        202: {
+            "model": CandidateSubmitted,
+            "description": "Accepted; its prescreen runs now (Location: the candidate, whose "
+            "prescreen shows the result).",
+        },
         409: {"model": ErrorBody, "description": "The name is taken by another function."},
         **_ERRORS,
     },
@@ -62,25 +67,42 @@ def submit_candidate(
     """Submit f(u): answers its canonical form, properties, the zero-cost prescreen, and
     ``duplicate_of`` when it is the same function as a known candidate (nothing is stored then).
 
-    A formula the parser refuses answers 422 with the reason and its character position.
+    The prescreen (seconds of training) runs after the answer unless this function's is already
+    known: then the answer is 202 with ``prescreen.status = "pending"`` and a ``Location``; GET
+    it for the result. A formula the parser refuses answers 422 with the reason and its
+    character position.
     """
     result = services.submit_candidate(state, data, submitter=who)
     if not result.created:
         response.status_code = 200
+    if result.prescreen is not None and result.prescreen.status == "pending":
+        response.status_code = 202
+        response.headers["Location"] = f"/api/candidates/{result.duplicate_of or result.name}"
     return result
 
 
 @router.get("", response_model=CandidateList)
 def list_candidates(
+    request: Request,
     state: StateDep,
     _reader: Reader,
     group: Annotated[str | None, Query(max_length=100)] = None,
     properties: PropertyFilter = None,
     source: Literal["catalog", "user"] | None = None,
     q: Annotated[str | None, Query(max_length=100, description="Name contains.")] = None,
-) -> CandidateList:
-    """The catalog and stored user candidates, filtered by group, properties, source, name."""
-    return services.list_candidates(state, group=group, properties=properties, source=source, q=q)
+) -> Response:
+    """The catalog and stored user candidates, filtered by group, properties, source, name.
+
+    Cached until a candidate is stored; sends an ETag (``If-None-Match`` answers 304)."""
+    key = reads.candidates_key(state, group, tuple(properties or ()), source, q)
+    return cache.respond(
+        request,
+        state.cache,
+        key,
+        lambda: cache.json_body(
+            reads.candidates(state, group=group, properties=properties, source=source, q=q, key=key)
+        ),
+    )
 
 
 @router.get("/{name}", response_model=CandidateDetail, responses={404: {"model": ErrorBody}})
@@ -95,6 +117,19 @@ def get_candidate(
     return CandidateDetail(
         **pub.model_dump(),
         plot=services.candidate_plot(cand),
-        results=services.candidate_results(state, pub.name),
-        prescreen=services.cached_prescreen(pub.fingerprint),
+        results=reads.candidate_results(state, pub.name, pub.fingerprint),
+        prescreen=prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
     )
+
+
+@router.get("/{name}/results", response_model=list[dict], responses={404: {"model": ErrorBody}})
+def get_candidate_results(
+    state: StateDep,
+    _reader: Reader,
+    name: Annotated[str, Path(max_length=300, description="Name or transform call.")],
+) -> list[dict]:
+    """The leaderboard rows of every arm that ran this function, across proxies: arms with
+    options (``erf [shift=scalar]``), and other names of the same function (a stored duplicate,
+    or a transform that is the identity: ``shift_h(erf, 0)`` is erf)."""
+    _cand, pub = services.get_candidate_object(state, name)
+    return reads.candidate_results(state, pub.name, pub.fingerprint)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from normfree.api import services
+from normfree.api import cache, reads
 from normfree.api.deps import Reader, StateDep
 from normfree.api.errors import ErrorBody
 from normfree.api.routers.candidates import PropertyFilter
@@ -17,14 +17,26 @@ router = APIRouter(prefix="/leaderboards", tags=["leaderboards"])
 
 @router.get("/{proxy}", response_model=LeaderboardPublic, responses={404: {"model": ErrorBody}})
 def get_leaderboard(
+    request: Request,
     state: StateDep,
     _reader: Reader,
     proxy: Annotated[str, Path(max_length=100, examples=["vit-screen"])],
     group: Annotated[str | None, Query(max_length=100)] = None,
     properties: PropertyFilter = None,
     study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-) -> LeaderboardPublic:
+) -> Response:
     """Arms of ``proxy`` ranked by the pessimistic end of their 95% t interval (one lucky seed
     cannot top the board), with diverged counts, Welch's test against the best, and the paired
-    difference to LayerNorm on shared seeds."""
-    return services.leaderboard(state, proxy, group=group, properties=properties, study_id=study_id)
+    difference to LayerNorm on shared seeds.
+
+    Built from per-arm summaries and cached until one of the proxy's trials finishes; sends an
+    ETag (``If-None-Match`` answers 304)."""
+    key = reads.leaderboard_key(state, proxy, group, properties, study_id)
+
+    def build() -> cache.Cached:
+        board = reads.leaderboard(
+            state, proxy, group=group, properties=properties, study_id=study_id, key=key
+        )
+        return cache.json_body(board)
+
+    return cache.respond(request, state.cache, key, build)

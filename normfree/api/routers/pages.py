@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
-from normfree.api import fidelity, plots, services
+from normfree.api import cache, fidelity, plots, prescreens, reads, services
 from normfree.api.deps import Reader, StateDep, check_token
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.schemas import CandidateCreate
@@ -81,30 +81,40 @@ def page_leaderboard(
     group: Annotated[str | None, Query(max_length=100)] = None,
     properties: PropertyQuery = None,
 ) -> Response:
-    """The leaderboard of one proxy (default: the first with results)."""
+    """The leaderboard of one proxy (default: the first with results); cached like its JSON."""
     proxies = services.proxies_with_results(state)
     proxy = proxy or (proxies[0] if proxies else None)
-    board = None
-    figure = None
-    if proxy:
-        board = services.leaderboard(
-            state, proxy, group=group or None, properties=[p for p in properties or [] if p]
+    wanted = [p for p in properties or [] if p]
+    lb_key = reads.leaderboard_key(state, proxy, group or None, wanted) if proxy else None
+    family = ("page-leaderboard", str(request.base_url), proxy, group, tuple(wanted))
+    key = (family, (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1]))
+
+    def build() -> cache.Cached:
+        board = None
+        figure = None
+        if proxy:
+            board = reads.leaderboard(
+                state, proxy, group=group or None, properties=wanted, key=lb_key
+            )
+            if board.rows:
+                rows = [r.model_dump() for r in board.rows]
+                figure = plots.to_div(plots.leaderboard_figure(rows, board.objective), "lb-figure")
+        groups = sorted({c.group for c in reads.candidates(state).items if c.group})
+        return cache.html_body(
+            _render(
+                request,
+                "leaderboard.html",
+                board=board,
+                proxy=proxy,
+                proxies=proxies,
+                group=group,
+                groups=groups,
+                properties=properties or [],
+                figure=figure,
+            )
         )
-        if board.rows:
-            rows = [r.model_dump() for r in board.rows]
-            figure = plots.to_div(plots.leaderboard_figure(rows, board.objective), "lb-figure")
-    groups = sorted({c.group for c in services.list_candidates(state).items if c.group})
-    return _render(
-        request,
-        "leaderboard.html",
-        board=board,
-        proxy=proxy,
-        proxies=proxies,
-        group=group,
-        groups=groups,
-        properties=properties or [],
-        figure=figure,
-    )
+
+    return cache.respond(request, state.cache, key, build)
 
 
 @router.get("/candidates", response_class=HTMLResponse, name="page_candidates")
@@ -115,7 +125,7 @@ def page_candidates(
     group: Annotated[str | None, Query(max_length=100)] = None,
     properties: PropertyQuery = None,
 ) -> Response:
-    listing = services.list_candidates(
+    listing = reads.candidates(
         state, group=group or None, properties=[p for p in properties or [] if p]
     )
     return _render(request, "candidates.html", listing=listing, group=group)
@@ -131,14 +141,14 @@ def page_candidate(
     figure = None
     if plot is not None:
         figure = plots.to_div(plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure")
-    results = services.candidate_results(state, pub.name)
+    results = reads.candidate_results(state, pub.name, pub.fingerprint)
     return _render(
         request,
         "candidate.html",
         candidate=pub,
         figure=figure,
         results=results,
-        prescreen=services.cached_prescreen(pub.fingerprint),
+        prescreen=prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
     )
 
 
@@ -158,36 +168,61 @@ def _study_figure(detail: Any) -> Any:
 
 @router.get("/studies/{study_id}", response_class=HTMLResponse, name="page_study")
 def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdPath) -> Response:
-    """A study's picture (metric vs transform value per base function), cells and progress."""
-    detail = services.get_study(state, study_id)
-    figure = plots.to_div(_study_figure(detail), "study-figure")
-    importance = None
-    if detail.generate is not None:
-        fig = plots.importance_figure(detail.generate.get("importance"))
-        importance = plots.to_div(fig, "importance-figure")
-    live = detail.status in ("pending", "running", "paused")
+    """A study's picture (metric vs transform value per base function), cells and progress; the
+    trial table loads a page at a time from ``/api/studies/{id}/trials``. Cached like the
+    study's summary."""
     error = state.runner.errors.get(study_id) if state.runner else None
-    return _render(
-        request,
-        "study.html",
-        study=detail,
-        figure=figure,
-        importance=importance,
-        live=live,
-        error=error,
+    key = reads.derived(
+        "page-study", reads.study_key(state, study_id), str(request.base_url), error
     )
+
+    def build() -> cache.Cached:
+        detail = services.get_study(state, study_id, trials=False)
+        figure = plots.to_div(_study_figure(detail), "study-figure")
+        importance = None
+        if detail.generate is not None:
+            fig = plots.importance_figure(detail.generate.get("importance"))
+            importance = plots.to_div(fig, "importance-figure")
+        live = detail.status in ("pending", "running", "paused")
+        return cache.html_body(
+            _render(
+                request,
+                "study.html",
+                study=detail,
+                figure=figure,
+                importance=importance,
+                live=live,
+                error=error,
+            )
+        )
+
+    return cache.respond(request, state.cache, key, build)
 
 
 @router.get("/studies/{study_id}/figure.json", name="page_study_figure")
-def page_study_figure(state: StateDep, _reader: Reader, study_id: IdPath) -> Response:
+def page_study_figure(
+    request: Request, state: StateDep, _reader: Reader, study_id: IdPath
+) -> Response:
     """The study figure as plotly JSON, for the page's live refresh."""
-    fig = _study_figure(services.get_study(state, study_id))
-    return Response(fig.to_json(), media_type="application/json")
+
+    def build() -> cache.Cached:
+        fig = _study_figure(services.get_study(state, study_id, trials=False))
+        return cache.Cached(fig.to_json().encode(), "application/json")
+
+    key = reads.derived("study-figure", reads.study_key(state, study_id))
+    return cache.respond(request, state.cache, key, build)
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse, name="page_trial")
 def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
     """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
+    key = reads.derived("page-trial", reads.trial_key(state, trial_id), str(request.base_url))
+    return cache.respond(
+        request, state.cache, key, lambda: _trial_page(request, state, trial_id), store=False
+    )
+
+
+def _trial_page(request: Request, state: StateDep, trial_id: int) -> cache.Cached:
     trial = services.get_trial(state, trial_id)
     curves = [c.model_dump() for c in trial.curves]
     diags = [d.model_dump() for d in trial.diagnostics]
@@ -197,7 +232,7 @@ def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdP
     if diags:
         figures.append(plots.to_div(plots.alpha_figure(diags), "alpha-figure"))
         figures.append(plots.to_div(plots.layers_figure(diags), "layers-figure"))
-    return _render(request, "trial.html", trial=trial, figures=figures)
+    return cache.html_body(_render(request, "trial.html", trial=trial, figures=figures))
 
 
 @router.get("/fidelity", response_class=HTMLResponse, name="page_fidelity")

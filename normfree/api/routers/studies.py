@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from normfree.api import services
+from normfree.api import cache, reads, services
 from normfree.api.deps import Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
-from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic
+from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -47,16 +47,54 @@ def list_studies(
 
 @router.get("/{study_id}", response_model=StudyDetail, responses={404: {"model": ErrorBody}})
 def get_study(
+    request: Request,
     state: StateDep,
     _reader: Reader,
     study_id: StudyId,
-    trials: Annotated[bool, Query(description="Include the trial list.")] = True,
-) -> StudyDetail:
-    """A study with its progress, its cells (mean and CI per arm) and its trials."""
-    detail = services.get_study(state, study_id)
-    if not trials:
-        detail.trials = []
-    return detail
+    trials: Annotated[
+        bool,
+        Query(
+            description="Include every trial (a study may have thousands: page through "
+            "/api/studies/{id}/trials instead)."
+        ),
+    ] = True,
+) -> Response | StudyDetail:
+    """A study with its progress, its cells (mean and CI per arm) and its trials.
+
+    Without trials (``?trials=false``: the summary) it is cached until a trial of the study
+    finishes or its status changes, and sends an ETag (``If-None-Match`` answers 304)."""
+    if trials:
+        return services.get_study(state, study_id)
+    key = reads.study_key(state, study_id)
+    return cache.respond(
+        request,
+        state.cache,
+        key,
+        lambda: cache.json_body(services.get_study(state, study_id, trials=False)),
+    )
+
+
+@router.get("/{study_id}/trials", response_model=TrialPage, responses={404: {"model": ErrorBody}})
+def list_study_trials(
+    state: StateDep,
+    _reader: Reader,
+    study_id: StudyId,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Trials per page.")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=20, description="next_cursor of the previous page.")
+    ] = None,
+    status: Annotated[
+        list[Literal["WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED"]]
+        | None,
+        Query(max_length=7, description="Repeatable: only trials in these statuses."),
+    ] = None,
+) -> TrialPage:
+    """A study's trials, a page at a time, in id order. Paging by id (not by offset) means a
+    trial that finishes or is added while a client pages never makes a row appear twice or go
+    missing."""
+    return services.list_study_trials(
+        state, study_id, limit=limit, cursor=cursor, status=list(status) if status else None
+    )
 
 
 def _control(action: str):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request, Response
 
-from normfree.api import services
+from normfree.api import cache, reads, services
 from normfree.api.deps import Reader, StateDep
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import TrialPublic
@@ -17,6 +17,15 @@ TrialId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 @router.get("/{trial_id}", response_model=TrialPublic, responses={404: {"model": ErrorBody}})
-def get_trial(state: StateDep, _reader: Reader, trial_id: TrialId) -> TrialPublic:
-    """A trial's config, status, final metrics, per-epoch curves and per-layer diagnostics."""
-    return services.get_trial(state, trial_id)
+def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: TrialId) -> Response:
+    """A trial's config, status, final metrics, per-epoch curves and per-layer diagnostics.
+
+    Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304)."""
+    key = reads.trial_key(state, trial_id)
+    return cache.respond(
+        request,
+        state.cache,
+        key,
+        lambda: cache.json_body(services.get_trial(state, trial_id)),
+        store=False,
+    )

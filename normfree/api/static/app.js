@@ -34,7 +34,9 @@ function watchStudy(studyId, figureDivId, intervalMs) {
   async function tick() {
     let study;
     try {
-      const res = await fetch(`/api/studies/${studyId}`, { headers: { Accept: "application/json" } });
+      const res = await fetch(`/api/studies/${studyId}?trials=false`, {
+        headers: { Accept: "application/json" },
+      });
       if (!res.ok) return schedule();
       study = await res.json();
     } catch (e) {
@@ -74,10 +76,70 @@ function watchStudy(studyId, figureDivId, intervalMs) {
       if (fresh && old) {
         old.innerHTML = fresh.innerHTML;
         old.querySelectorAll("table.sortable").forEach(makeSortable);
+        loadTrials(studyId, "trial-table");
       }
     } catch (e) { /* keep the old tables */ }
   }
   tick();
+}
+
+// Fill a study's trial table from /api/studies/{id}/trials, one page after another, so a study
+// of thousands of trials shows its page at once and its table as the pages arrive.
+const STATUS_CLASS = { COMPLETE: "good", DIVERGED: "bad", FAILED: "bad", CANCELLED: "bad" };
+
+function trialRow(t) {
+  const tr = document.createElement("tr");
+  const cell = (text, cls) => {
+    const td = document.createElement("td");
+    if (cls) td.className = cls;
+    if (text instanceof Node) td.appendChild(text); else td.textContent = text;
+    tr.appendChild(td);
+    return td;
+  };
+  const link = document.createElement("a");
+  link.href = `/trials/${t.id}`;
+  link.textContent = String(t.id);
+  cell(link, "num");
+  cell(t.candidate);
+  cell(String(t.seed), "num");
+  const badge = document.createElement("span");
+  badge.className = `badge ${STATUS_CLASS[t.status] || "no"}`;
+  badge.textContent = t.status;
+  cell(badge);
+  cell(String(t.attempt), "num");
+  const v = t.objective_value;
+  const td = cell(v === null || v === undefined ? "–" : Number(v).toPrecision(4), "num");
+  td.dataset.sort = v === null || v === undefined ? "" : String(v);
+  return tr;
+}
+
+async function loadTrials(studyId, tableId, pageSize = 500) {
+  const table = document.getElementById(tableId);
+  if (!table) return;
+  const body = table.tBodies[0];
+  const status = document.getElementById(`${tableId}-status`);
+  let cursor = null;
+  let shown = 0;
+  body.replaceChildren();
+  try {
+    do {
+      const q = new URLSearchParams({ limit: String(pageSize) });
+      if (cursor) q.set("cursor", cursor);
+      const res = await fetch(`/api/studies/${studyId}/trials?${q}`, {
+        headers: { Accept: "application/json" },
+      });
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      const page = await res.json();
+      const rows = document.createDocumentFragment();
+      page.items.forEach((t) => rows.appendChild(trialRow(t)));
+      body.appendChild(rows);
+      shown += page.items.length;
+      cursor = page.next_cursor;
+      if (status) status.textContent = cursor ? `${shown} trials loaded…` : "";
+    } while (cursor);
+  } catch (e) {
+    if (status) status.textContent = `could not load the trials (${e.message}); reload the page`;
+  }
 }
 
 document.addEventListener("DOMContentLoaded", () => {

@@ -4,8 +4,8 @@
 ``trials.failure`` says why a DIVERGED trial failed to train (non-finite loss, a blow-up, or an
 end near the untrained level). Existing trials get NULL: their reason was not recorded.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

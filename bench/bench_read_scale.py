@@ -1,0 +1,676 @@
+"""Reads at scale: the API at 10k and 100k finished trials, on SQLite and PostgreSQL.
+
+Seeds finished trials through the real write path (``Repository.add_trials`` with the engine's
+grid planner, then ``lease_next`` + ``finish_trial`` per trial, as workers write them) with
+synthetic results marked ``worker="synthetic-bench"``: property studies of 1,026 trials each
+(10 catalog functions x 17 ``shift_h`` values + LayerNorm, 6 paired seeds; the same grid again
+and again, so the proxy's leaderboard keeps its 171 arms while trials grow, and later studies
+re-run earlier seeds: one value per seed, the latest). Then a real ``normfree serve
+--no-run-studies`` on loopback is driven by ``--clients`` concurrent keep-alive clients per
+endpoint, each run bounded by a request count and a time cap:
+
+- ``leaderboard`` ``GET /api/leaderboards/vit-tiny``; ``leaderboard_page`` ``GET /``;
+- ``study_summary`` ``GET /api/studies/{id}?trials=false`` and ``study_page`` ``GET
+  /studies/{id}`` (a random study each time); ``trial`` ``GET /api/trials/{id}`` (a random
+  trial); ``candidates`` ``GET /api/candidates``; ``submit`` ``POST /api/candidates`` (functions
+  whose prescreen is known: catalog functions in disguise and stored ones resubmitted);
+- writes under read load: a separate process leases and finishes trials one at a time (the
+  trial-write latency), alone and then while the clients read the endpoints above in turn.
+
+No client sends ``If-None-Match``: every answer carries its full body (gzipped: clients send
+``Accept-Encoding: gzip`` as browsers do, and do not decompress). Reported per endpoint and
+scale: count, errors, p50/p90/p99/max in ms, requests/s, and the 10k -> 100k ratio of p50 and
+p99. The machine is shared: compare figures inside one run.
+
+    python bench/bench_read_scale.py [--quick] [--backends sqlite,postgresql]
+        [--scales 10000,100000] [--clients 32] [--requests 640] [--workers 1]
+
+Prints one JSON object as its last line and writes it to bench/results/read_scale[_quick].json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT))  # the live-server helper shared with the tests
+
+PROXY = "vit-tiny"
+FUNCTIONS = [
+    "erf",
+    "tanh",
+    "arctan",
+    "isru",
+    "smoothsign",
+    "expsign",
+    "logsign",
+    "asinh",
+    "linearclip",
+    "power23clip",
+]
+VALUES = [round(-2 + 0.25 * i, 2) for i in range(17)]  # -2 .. 2
+# --quick: 2 functions x 3 values + LayerNorm (7 arms, 42 trials a study) to stay under 30 s.
+GRID = {"functions": FUNCTIONS, "values": VALUES}
+QUICK_GRID = {"functions": FUNCTIONS[:2], "values": [-1.0, 0.0, 1.0]}
+SEEDS = 6
+LAYERS = ("blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2", "norm_final")
+# Submissions whose prescreen the server knows after the warm-up.
+SUBMISSIONS = [
+    ("dup_tanh", "2*sigmoid(2*u)-1"),
+    ("dup_smoothsign", "u/(1+abs(u))"),
+    ("dup_isru", "u/sqrt(u**2+1)"),
+    ("bench_ratio2", "2*u/(2+abs(u))"),
+]
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+def summarize(ms: list[float], errors: int, wall: float) -> dict[str, Any]:
+    return {
+        "count": len(ms) + errors,
+        "errors": errors,
+        "p50_ms": _r(percentile(ms, 50)),
+        "p90_ms": _r(percentile(ms, 90)),
+        "p99_ms": _r(percentile(ms, 99)),
+        "max_ms": _r(max(ms) if ms else None),
+        "mean_ms": _r(statistics.fmean(ms) if ms else None),
+        "requests_per_s": _r((len(ms) + errors) / wall if wall else None),
+    }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+# -- seeding --------------------------------------------------------------------------------------
+
+
+def _spec(i: int) -> Any:
+    from normfree.specs import StudySpec
+
+    return StudySpec(
+        kind="property",
+        name=f"bench study {i} (synthetic results)",
+        proxy=PROXY,
+        seeds=SEEDS,
+        functions=GRID["functions"],
+        transform="shift_h",
+        values=GRID["values"],
+        baselines=["layernorm"],
+        epochs=1,
+    )
+
+
+def synthetic(config: Any, rng: random.Random) -> Any:
+    """A small result marked synthetic: 3 epochs of curves, one epoch of per-layer diagnostics."""
+    from normfree.specs import EpochRecord, LayerDiagnostic, TrialResult
+
+    name = config.norm.name
+    shift = 0.0
+    if "(" in name:
+        shift = float(name.rsplit(",", 1)[1].rstrip(")"))
+    acc = 0.8 - 0.05 * abs(shift) + 0.01 * config.seed + rng.gauss(0, 0.01)
+    curves = [
+        EpochRecord(
+            epoch=e,
+            step=10 * (e + 1),
+            train_loss=2.0 - 0.4 * e,
+            val_loss=1.9 - 0.3 * e,
+            metrics={"val_acc": acc - 0.05 * (2 - e)},
+            lr=1e-3,
+            wall_time_s=0.5 * (e + 1),
+        )
+        for e in range(3)
+    ]
+    diags = [
+        LayerDiagnostic(epoch=2, layer=layer, alpha=0.5 + 0.1 * i, input_std=1.0)
+        for i, layer in enumerate(LAYERS)
+    ]
+    if rng.random() < 0.03:
+        return TrialResult(
+            status="diverged",
+            objective="val_acc",
+            curves=curves[:1],
+            diverged_at_step=5,
+            worker="synthetic-bench",
+        )
+    return TrialResult(
+        status="complete",
+        objective="val_acc",
+        direction="maximize",
+        metrics={"val_acc": acc, "val_loss": 1.5 - acc},
+        curves=curves,
+        diagnostics=diags,
+        train_time_s=1.0,
+        total_time_s=1.1,
+        worker="synthetic-bench",
+    )
+
+
+def _study_size() -> int:
+    return (len(GRID["functions"]) * len(GRID["values"]) + 1) * SEEDS
+
+
+def _plan(repo: Any, i: int) -> int:
+    from normfree.workers.scheduling import plan_grid
+
+    spec = _spec(i)
+    sid = repo.create_study(spec)
+    repo.add_trials(sid, [(p.config, p.axis_values) for p in plan_grid(spec)])
+    repo.set_study_status(sid, "running")
+    return sid
+
+
+def _finish_study(url: str, sid: int, seed: int) -> int:
+    """One writer: lease and finish every waiting trial of the study (a worker's writes)."""
+    from normfree.storage import Database, Repository
+
+    db = Database(url)
+    repo = Repository(db, max_attempts=3)
+    rng = random.Random(seed)
+    n = 0
+    owner = f"bench-{os.getpid()}"
+    try:
+        while (lease := repo.lease_next(sid, owner, 600.0)) is not None:
+            assert repo.finish_trial(lease.id, owner, lease.attempt, synthetic(lease.config, rng))
+            n += 1
+        repo.set_study_status(sid, "complete")
+    finally:
+        db.dispose()
+    return n
+
+
+def seed_to(url: str, target: int, writers: int) -> dict[str, Any]:
+    """Add studies until ``target`` trials are finished; returns counts and the time taken."""
+    from sqlalchemy import func, select
+
+    from normfree.storage import Database, Repository
+    from normfree.storage.models import StudyRow, TrialRow
+
+    db = Database(url)
+    db.migrate()
+    repo = Repository(db, max_attempts=3)
+    with db.session(readonly=True) as s:
+        have = int(s.scalar(select(func.count()).select_from(TrialRow)) or 0)
+        studies = int(s.scalar(select(func.count()).select_from(StudyRow)) or 0)
+    t0 = time.perf_counter()
+    written = 0
+    ctx = mp.get_context("spawn")
+    pool = ctx.Pool(writers) if writers > 1 else None
+    try:
+        while have + written < target:
+            batch = []
+            for _ in range(writers):
+                if have + written + len(batch) * _study_size() >= target:
+                    break
+                batch.append(_plan(repo, studies))
+                studies += 1
+            if not batch:
+                batch.append(_plan(repo, studies))
+                studies += 1
+            jobs = [(url, sid, sid) for sid in batch]
+            if pool is None:  # one writer: in this process (no start-up cost)
+                written += sum(_finish_study(*job) for job in jobs)
+            else:
+                written += sum(pool.starmap(_finish_study, jobs))
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    db.dispose()
+    dt = time.perf_counter() - t0
+    return {
+        "trials": have + written,
+        "studies": studies,
+        "seed_s": round(dt, 1),
+        "writes_per_s": round(written / dt, 1) if dt and written else None,
+    }
+
+
+# -- load -----------------------------------------------------------------------------------------
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection (minimal and cheap: the server's time is measured)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, int]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        # as a browser does: the server keeps a gzipped copy of each cached body
+        lines = [
+            f"{method} {path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            "Accept-Encoding: gzip",
+        ]
+        for k, v in (headers or {}).items():
+            lines.append(f"{k}: {v}")
+        if body:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        assert self.reader is not None
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await self.reader.readexactly(length)
+        return status, length
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+
+
+async def drive(
+    host: str,
+    port: int,
+    make: Any,
+    n: int,
+    clients: int,
+    max_s: float,
+    headers: dict[str, str] | None = None,
+) -> dict:
+    """``clients`` connections share ``n`` requests (``make(i)`` -> (method, path, body, ok))."""
+    lat: list[float] = []
+    errors = 0
+    samples: list[str] = []
+    counter = iter(range(n))
+    deadline = time.perf_counter() + max_s
+
+    async def worker() -> None:
+        nonlocal errors
+        c = Client(host, port)
+        try:
+            for i in counter:
+                if time.perf_counter() > deadline:
+                    return
+                method, path, body, ok = make(i)
+                t0 = time.perf_counter()
+                try:
+                    status, _n = await asyncio.wait_for(c.request(method, path, body, headers), 60)
+                    good = status in ok
+                    if not good and len(samples) < 3:
+                        samples.append(f"{method} {path} -> {status}")
+                except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+                    good = False
+                    if len(samples) < 3:
+                        samples.append(f"{method} {path}: {type(exc).__name__}")
+                    await c.close()
+                    c = Client(host, port)
+                dt = (time.perf_counter() - t0) * 1000
+                if good:
+                    lat.append(dt)
+                else:
+                    errors += 1
+        finally:
+            await c.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    out = summarize(lat, errors, wall)
+    out["hit_time_cap"] = time.perf_counter() > deadline
+    if samples:
+        out["error_samples"] = samples
+    return out
+
+
+def endpoints(info: dict[str, Any], token: str) -> dict[str, Any]:
+    rng = random.Random(0)
+    studies, trials = info["study_ids"], info["trial_range"]
+    auth = {"Authorization": f"Bearer {token}"}
+    ok = (200,)
+
+    def get(path: str) -> Any:
+        return lambda i: ("GET", path, b"", ok)
+
+    def submit(i: int) -> Any:
+        name, formula = SUBMISSIONS[i % len(SUBMISSIONS)]
+        return (
+            "POST",
+            "/api/candidates",
+            json.dumps({"name": name, "formula": formula}).encode(),
+            (200, 201),
+        )
+
+    return {
+        # the floor: no database, a tiny body (what the HTTP stack alone costs in this run)
+        "floor_version": get("/api/version"),
+        "leaderboard": get(f"/api/leaderboards/{PROXY}"),
+        "leaderboard_page": get(f"/?proxy={PROXY}"),
+        "study_summary": lambda i: (
+            "GET",
+            f"/api/studies/{rng.choice(studies)}?trials=false",
+            b"",
+            ok,
+        ),
+        "study_page": lambda i: ("GET", f"/studies/{rng.choice(studies)}", b"", ok),
+        "trial": lambda i: ("GET", f"/api/trials/{rng.randint(*trials)}", b"", ok),
+        "candidates": get("/api/candidates"),
+        "submit": submit,
+        "_auth": auth,
+    }
+
+
+def _write_probe(url: str, sid: int, n: int, out: Any) -> None:
+    """A worker's write latency: lease + finish one trial, ``n`` times (a separate process)."""
+    from normfree.storage import Database, Repository
+
+    db = Database(url)
+    repo = Repository(db, max_attempts=3)
+    rng = random.Random(1)
+    lat = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            lease = repo.lease_next(sid, "probe", 600.0)
+            if lease is None:
+                break
+            repo.finish_trial(lease.id, "probe", lease.attempt, synthetic(lease.config, rng))
+            lat.append((time.perf_counter() - t0) * 1000)
+    finally:
+        db.dispose()
+    out.put(lat)
+
+
+def write_latency(url: str, sid: int, n: int, readers: Any = None) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_write_probe, args=(url, sid, n, q))
+    p.start()
+    if readers is not None:
+        readers(p)
+    lat = q.get(timeout=600)
+    p.join(timeout=60)
+    return {
+        "writes": len(lat),
+        "p50_ms": _r(percentile(lat, 50)),
+        "p99_ms": _r(percentile(lat, 99)),
+        "max_ms": _r(max(lat) if lat else None),
+    }
+
+
+def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
+    """Start a server over ``url`` and run every endpoint, then the write probe."""
+    from normfree.storage import Database, Repository
+    from tests.api.live import live_server
+
+    db = Database(url)
+    repo = Repository(db, max_attempts=3)
+    token = repo.create_token(f"bench-{uuid.uuid4().hex[:8]}")
+    probe_sid = _plan(repo, 10_000 + info["studies"])  # a study of waiting trials for the probe
+    db.dispose()
+    server_args = ["--no-run-studies", "--workers", str(args.workers)]
+    out: dict[str, Any] = {}
+    with live_server(url, *server_args, timeout=300) as base:
+        host, port = base.split("//")[1].rstrip("/").split(":")
+        port_i = int(port)
+        eps = endpoints(info, token)
+        auth = eps.pop("_auth")
+
+        cold: dict[str, Any] = {}
+
+        async def warm() -> None:
+            """Not timed as load: the first (uncached) answers, one client, then every study's
+            summary and page once, the analyses of the board's functions, and each endpoint."""
+            c = Client(host, port_i)
+
+            async def timed(path: str) -> float:
+                t = time.perf_counter()
+                status, _n = await c.request("GET", path)
+                assert status == 200, (path, status)
+                return (time.perf_counter() - t) * 1000
+
+            cold["leaderboard_first_ms"] = _r(await timed(f"/api/leaderboards/{PROXY}"))
+            summaries, pages = [], []
+            for sid in info["study_ids"]:
+                summaries.append(await timed(f"/api/studies/{sid}?trials=false"))
+                pages.append(await timed(f"/studies/{sid}"))
+            cold["study_summary_first_ms_p50"] = _r(percentile(summaries, 50))
+            cold["study_summary_first_ms_max"] = _r(max(summaries))
+            cold["study_page_first_ms_p50"] = _r(percentile(pages, 50))
+            cold["study_page_first_ms_max"] = _r(max(pages))
+            # a filtered board waits for every function's analysis (api.enrich)
+            cold["analyses_ms"] = _r(await timed(f"/api/leaderboards/{PROXY}?property=bounded"))
+            for name, make in eps.items():
+                for i in range(len(SUBMISSIONS) if name == "submit" else 1):
+                    m, path, body, _ok = make(i)
+                    await c.request(m, path, body, auth)
+            await c.close()
+
+        t0 = time.perf_counter()
+        asyncio.run(warm())
+        # the prescreens of new functions run after their answers (202): resubmit until this
+        # server knows each one, as the timed submissions assume (not timed)
+        import httpx
+
+        for name, formula in SUBMISSIONS:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                r = httpx.post(
+                    f"{base}api/candidates",
+                    json={"name": name, "formula": formula},
+                    headers=auth,
+                    timeout=60,
+                )
+                if r.status_code != 202:
+                    break
+                time.sleep(0.5)
+        out["warm_up_s"] = round(time.perf_counter() - t0, 1)
+        out["cold"] = cold
+
+        results: dict[str, Any] = {}
+        for name, make in eps.items():
+            results[name] = asyncio.run(
+                drive(
+                    host,
+                    port_i,
+                    make,
+                    args.requests,
+                    args.clients,
+                    args.max_seconds,
+                    auth if name == "submit" else None,
+                )
+            )
+        out["endpoints"] = results
+        out["write_alone"] = write_latency(url, probe_sid, args.writes)
+
+        def readers(proc: Any) -> None:
+            mixed = [
+                eps[k]
+                for k in (
+                    "leaderboard",
+                    "leaderboard_page",
+                    "study_summary",
+                    "study_page",
+                    "trial",
+                    "candidates",
+                )
+            ]
+
+            def make(i: int) -> Any:
+                return mixed[i % len(mixed)](i)
+
+            async def loop() -> dict:
+                total: dict[str, Any] = {}
+                while proc.is_alive():
+                    total = await drive(host, port_i, make, args.clients * 20, args.clients, 30)
+                return total
+
+            out["readers_during_writes"] = asyncio.run(loop())
+
+        out["write_under_readers"] = write_latency(url, probe_sid, args.writes, readers)
+    return out
+
+
+def _database(backend: str, tmp: str) -> tuple[str, Any]:
+    if backend == "sqlite":
+        return f"sqlite:///{Path(tmp) / 'normfree.db'}", None
+    from sqlalchemy.engine import make_url
+
+    from normfree.settings import get_settings
+    from normfree.storage import drop_database, ensure_database, normalize_url
+
+    name = f"normfree_bench_{uuid.uuid4().hex[:8]}"
+    server = make_url(normalize_url(get_settings().test_postgres_url))
+    url = server.set(database=name).render_as_string(hide_password=False)
+    ensure_database(url)
+    return url, lambda: drop_database(url)
+
+
+def _ids(url: str) -> dict[str, Any]:
+    from sqlalchemy import func, select
+
+    from normfree.storage import Database
+    from normfree.storage.models import StudyRow, TrialRow
+
+    db = Database(url)
+    with db.session(readonly=True) as s:
+        studies = [i for (i,) in s.execute(select(StudyRow.id).order_by(StudyRow.id))]
+        lo, hi = s.execute(select(func.min(TrialRow.id), func.max(TrialRow.id))).one()
+    db.dispose()
+    return {"study_ids": studies, "trial_range": (int(lo), int(hi))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="small run (SQLite, 7 arms, 300 trials): < 30 s"
+    )
+    ap.add_argument("--backends", default=None, help="sqlite,postgresql")
+    ap.add_argument("--scales", default=None, help="finished trials, e.g. 10000,100000")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--requests", type=int, default=None, help="requests per endpoint and scale")
+    ap.add_argument("--max-seconds", type=float, default=None, help="cap per endpoint run")
+    ap.add_argument("--writes", type=int, default=None, help="trial writes per latency probe")
+    ap.add_argument("--writers", type=int, default=2, help="seeding processes")
+    ap.add_argument("--workers", type=int, default=1, help="server processes")
+    ap.add_argument("--out", type=Path, default=None, help="results file (default: bench/results)")
+    args = ap.parse_args()
+    backends = (args.backends or ("sqlite" if args.quick else "sqlite,postgresql")).split(",")
+    if args.quick:
+        GRID.update(QUICK_GRID)
+    default_scales = "300" if args.quick else "10000,100000"
+    if args.quick:
+        args.writers = 1
+    scales = [int(x) for x in (args.scales or default_scales).split(",")]
+    args.requests = args.requests or (48 if args.quick else 640)
+    args.max_seconds = args.max_seconds or (1.0 if args.quick else 60.0)
+    args.writes = args.writes or (10 if args.quick else 200)
+
+    t_start = time.perf_counter()
+    runs: dict[str, Any] = {}
+    for backend in backends:
+        with tempfile.TemporaryDirectory(prefix="normfree-scale-") as tmp:
+            url, drop = _database(backend, tmp)
+            try:
+                per_scale: dict[str, Any] = {}
+                for n in scales:
+                    seeded = seed_to(url, n, args.writers)
+                    info = {**seeded, **_ids(url)}
+                    print(f"[{backend}] seeded {seeded}", file=sys.stderr, flush=True)
+                    m = measure(url, info, args)
+                    per_scale[str(n)] = {"seeding": seeded, **m}
+                    print(
+                        f"[{backend}] {n}: " + json.dumps(m["endpoints"]),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                runs[backend] = {"scales": per_scale, "ratios": _ratios(per_scale, scales)}
+            finally:
+                if drop is not None:
+                    drop()
+    out = {
+        "bench": "read_scale",
+        "mode": "quick" if args.quick else "full",
+        "server": f"normfree serve --no-run-studies --workers {args.workers} (uvicorn), loopback",
+        "clients": args.clients,
+        "requests_per_endpoint": args.requests,
+        "max_seconds_per_endpoint": args.max_seconds,
+        "data": f"property studies of {_study_size()} trials ({len(GRID['functions'])} functions "
+        f"x {len(GRID['values'])} shift_h values + LayerNorm, {SEEDS} seeds), synthetic results "
+        "(worker=synthetic-bench), written through the repository",
+        "runs": runs,
+        "total_s": round(time.perf_counter() - t_start, 1),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu": _cpu(),
+            "python": platform.python_version(),
+            "load_avg_1m": os.getloadavg()[0],
+        },
+        "command": "python bench/bench_read_scale.py " + " ".join(sys.argv[1:]),
+    }
+    path = args.out or RESULTS / ("read_scale_quick.json" if args.quick else "read_scale.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out))
+
+
+def _ratios(per_scale: dict[str, Any], scales: list[int]) -> dict[str, Any]:
+    if len(scales) < 2:
+        return {}
+    lo, hi = per_scale[str(scales[0])], per_scale[str(scales[-1])]
+    out = {}
+    for name, a in lo["endpoints"].items():
+        b = hi["endpoints"].get(name, {})
+        out[name] = {
+            k: _r(b[k] / a[k]) if a.get(k) and b.get(k) else None for k in ("p50_ms", "p99_ms")
+        }
+    for k in ("write_alone", "write_under_readers"):
+        out[k] = {
+            q: _r(hi[k][q] / lo[k][q]) if lo[k].get(q) and hi[k].get(q) else None
+            for q in ("p50_ms", "p99_ms")
+        }
+    return out
+
+
+def _cpu() -> str:
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        return next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in text.splitlines()
+                if ln.startswith("Model name")
+            ),
+            platform.processor(),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor()
+
+
+if __name__ == "__main__":
+    main()

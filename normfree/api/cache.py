@@ -1,0 +1,206 @@
+"""Encoded responses cached by what they depend on, with ETags and ``If-None-Match``.
+
+Why: a leaderboard, a study's cells or a candidate list change only when a trial finishes or a
+candidate is stored, while dashboards and scripts read them many times a second. Each cached
+read names a *key*: its parameters plus the versions of the data it shows, read from the
+database on every request in one small query (``read_versions`` counters bumped by the writing
+transaction, a study's per-status counts, a trial's ``updated_at``). So a read is never stale,
+even with several API processes or with writers in other processes (Ray workers), and the cost
+of a hit is that query plus a dict lookup; no time-to-live is involved.
+
+- The ETag is a hash of the key, so a client that sends ``If-None-Match`` gets a 304 before any
+  body is built or even looked up.
+- Builds are single-flight per key, and while one runs, requests for the same read get its
+  previous version (``ResponseCache``): 32 clients missing at once, or a stream of finished
+  trials, cost one build at a time, not one per request.
+- Bodies are gzipped once per entry for clients that accept it.
+- Memory is bounded by entry count (LRU); each process has its own cache.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request, Response
+
+from normfree import __version__
+
+# Responses a client must revalidate before reuse (the ETag makes that a cheap 304).
+CACHE_CONTROL = "no-cache"
+
+
+# Smaller bodies are not worth compressing (one TCP segment either way).
+GZIP_MIN_BYTES = 1400
+
+
+@dataclass
+class Cached:
+    """One encoded response body (and its gzip, made on first demand)."""
+
+    body: bytes
+    media_type: str
+    _gz: bytes | None = None
+
+    def gzipped(self) -> bytes:
+        if self._gz is None:  # two racing requests compress twice; both results are equal
+            self._gz = gzip.compress(self.body, compresslevel=5, mtime=0)
+        return self._gz
+
+
+def etag_of(key: Hashable) -> str:
+    """A weak ETag naming ``key`` (and this normfree version, so a deploy changes every tag)."""
+    digest = hashlib.blake2b(repr((__version__, key)).encode(), digest_size=12).hexdigest()
+    return f'W/"{digest}"'
+
+
+def _matches(request: Request, etag: str) -> bool:
+    header = request.headers.get("if-none-match")
+    if not header:
+        return False
+    if header.strip() == "*":
+        return True
+    tags = {t.strip() for t in header.split(",")}
+    return etag in tags or etag.removeprefix("W/") in tags
+
+
+class ResponseCache:
+    """An LRU of built values by key, one build per key at a time, stale while another builds.
+
+    A key is ``(family, version)``: the family names what is shown (a proxy's board with its
+    filters, one study's summary), the version what it depends on. While a request builds a
+    family's new version, other requests for that family get its latest built version instead
+    of queueing behind the build: under a stream of writes (every finished trial moves a
+    board's version) at most one build per family runs at a time, and readers stay fast. A
+    reader never sees a version older than the one current when the running build started.
+    """
+
+    def __init__(self, max_entries: int = 2048) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[Hashable, Any] = OrderedDict()
+        self._latest: OrderedDict[Hashable, tuple[int, Hashable, Any]] = OrderedDict()
+        self._busy: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+        self._building: dict[Hashable, threading.Lock] = {}
+        self._seq = 0
+        self.hits = 0
+        self.misses = 0
+        self.stale = 0
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return hit
+
+    def lookup(
+        self, key: tuple[Hashable, Hashable], build: Callable[[], Any], *, stale_ok: bool = True
+    ) -> tuple[Hashable, Any]:
+        """(the key served, its value): ``key``'s, built if needed, or (``stale_ok``) the
+        family's latest while another request builds a newer one."""
+        hit = self.get(key)
+        if hit is not None:
+            return key, hit
+        family = key[0]
+        with self._lock:
+            latest = self._latest.get(family)
+            if stale_ok and latest is not None and self._busy.get(family):
+                self.stale += 1
+                return latest[1], latest[2]
+            gate = self._building.setdefault(key, threading.Lock())
+        with gate:
+            hit = self.get(key)  # built by the request we waited for
+            if hit is not None:
+                return key, hit
+            with self._lock:
+                self._busy[family] = self._busy.get(family, 0) + 1
+                self._seq += 1
+                seq = self._seq
+            try:
+                value = build()
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+                    self._busy[family] -= 1
+                    if not self._busy[family]:
+                        del self._busy[family]
+            with self._lock:
+                self.misses += 1
+                self._entries[key] = value
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+                held = self._latest.get(family)
+                if held is None or held[0] < seq:  # a slower, older build never wins
+                    self._latest[family] = (seq, key, value)
+                self._latest.move_to_end(family)
+                while len(self._latest) > self.max_entries:
+                    self._latest.popitem(last=False)
+            return key, value
+
+    def get_or_build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Any:
+        """The value for ``key`` (or its family's latest while another request builds)."""
+        return self.lookup(key, build)[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._latest.clear()
+
+
+def _gzip_ok(request: Request) -> bool:
+    return "gzip" in request.headers.get("accept-encoding", "")
+
+
+def respond(
+    request: Request,
+    cache: ResponseCache,
+    key: tuple[Hashable, Hashable],
+    build: Callable[[], Cached],
+    *,
+    status_code: int = 200,
+    store: bool = True,
+) -> Response:
+    """A 304 when the client holds ``key``'s ETag, else the cached (or built) body.
+
+    The body is gzipped once per entry for clients that accept it (boards are 100-200 kB of
+    JSON or HTML, a sixth of that compressed). ``store=False`` builds every time and keeps
+    nothing: for reads that are cheap, scale-free and rarely repeated (one trial of thousands),
+    which would only push the shared entries out.
+    """
+    etag = etag_of(key)
+    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL, "Vary": "Accept-Encoding"}
+    if _matches(request, etag):
+        return Response(status_code=304, headers=headers)
+    if store:
+        served, hit = cache.lookup(key, build)
+        if served != key:  # another request is building the newer version: the latest one
+            headers["ETag"] = etag_of(served)
+    else:
+        hit = build()
+    body = hit.body
+    if _gzip_ok(request) and len(body) >= GZIP_MIN_BYTES:
+        body = hit.gzipped()
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, status_code, media_type=hit.media_type, headers=headers)
+
+
+def json_body(model: Any) -> Cached:
+    """A pydantic model (or a list of them) as a cached JSON body."""
+    if hasattr(model, "model_dump_json"):
+        return Cached(model.model_dump_json().encode(), "application/json")
+    from pydantic import TypeAdapter
+
+    return Cached(TypeAdapter(type(model)).dump_json(model), "application/json")
+
+
+def html_body(response: Response) -> Cached:
+    """A rendered template response as a cached HTML body."""
+    return Cached(bytes(response.body), "text/html; charset=utf-8")

@@ -1,0 +1,95 @@
+"""Group and properties of the functions behind leaderboard arms, analysed off the request path.
+
+An arm named by a transform call (``shift_h(erf, 0.25)``) has no stored candidate row: its group
+and properties come from ``search_space`` (parse, transform, exact derivative, numeric
+properties), 50-200 ms of sympy per name. A property study has hundreds of such names, so the
+first leaderboard after a start took tens of seconds. Now one background thread analyses names
+as leaderboards meet them (and, at start, every name with finished trials); an unfiltered
+leaderboard shows the analyses done so far, and ``epoch`` (part of the leaderboard's cache key)
+moves when more are done, so the board refreshes. A leaderboard filtered by group or property
+waits for its names instead: a filter must not drop a row whose analysis is pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Info = tuple[str, dict[str, Any]] | None
+_MISSING = object()
+
+
+class Enricher:
+    """Analyses function names once per process, in a background thread or on demand."""
+
+    def __init__(self, analyse: Callable[[str], Info]) -> None:
+        self._analyse = analyse
+        self._known: dict[str, Info] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._queued: set[str] = set()
+        self._thread: threading.Thread | None = None
+        self.epoch = 0
+
+    def peek(self, name: str) -> Any:
+        """The analysis if done (None: not a catalog function), else ``MISSING``."""
+        return self._known.get(name, _MISSING)
+
+    def get(self, name: str) -> Info:
+        """The analysis, computed now if it is not known yet."""
+        hit = self._known.get(name, _MISSING)
+        if hit is not _MISSING:
+            return hit  # type: ignore[return-value]
+        return self._store(name, self._safe(name))
+
+    def want(self, names: Iterable[str]) -> int:
+        """Queue the names not analysed yet (one daemon thread works through them); returns how
+        many are pending."""
+        with self._lock:
+            new = [n for n in names if n not in self._known and n not in self._queued]
+            self._queued.update(new)
+            if new and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(
+                    target=self._loop, name="normfree-enrich", daemon=True
+                )
+                self._thread.start()
+            pending = len(self._queued)
+        for n in new:
+            self._queue.put(n)
+        return pending
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queued)
+
+    def _safe(self, name: str) -> Info:
+        try:
+            return self._analyse(name)
+        except Exception:  # an odd name is "not a catalog function", never a failed request
+            log.warning("could not analyse %r", name[:100], exc_info=True)
+            return None
+
+    def _store(self, name: str, info: Info) -> Info:
+        with self._lock:
+            if name not in self._known:
+                self._known[name] = info
+                self.epoch += 1
+            self._queued.discard(name)
+        return info
+
+    def _loop(self) -> None:
+        while True:
+            name = self._queue.get()
+            if name not in self._known:
+                self._store(name, self._safe(name))
+            else:
+                with self._lock:
+                    self._queued.discard(name)
+
+
+MISSING = _MISSING

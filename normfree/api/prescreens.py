@@ -1,0 +1,100 @@
+"""Submission prescreens, run after the answer.
+
+A prescreen trains the tiny proxy for a few seconds; inside ``POST /api/candidates`` it made
+every new function's submission take seconds and 32 clients queue behind one CPU. Now the
+submission answers at once: with the prescreen when this process already knows it for the
+function (it is deterministic, cached per fingerprint), else ``202 Accepted`` with
+``prescreen.status = "pending"`` and a ``Location`` to the candidate, and the prescreen runs on
+one background thread (one at a time: each is seconds of CPU; more would only queue). Its result
+is written on the stored candidate (``candidates.prescreen``), so any API process shows it, and
+kept in this process's cache for later submissions of the same function.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from normfree.api import schemas as S
+from normfree.api import services
+
+log = logging.getLogger(__name__)
+
+_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="normfree-prescreen")
+_LOCK = threading.Lock()
+# fingerprint -> (the running job, names of stored candidates to write its result on)
+_PENDING: dict[str, tuple[Future[Any], set[str]]] = {}
+
+
+def pending(status: str = "pending") -> S.PrescreenPublic:
+    return S.PrescreenPublic(status=status, ok=False, proxy=services.PRESCREEN_PROXY)  # type: ignore[arg-type]
+
+
+def request(state: services.ServiceState, cand: Any, store_as: str | None) -> S.PrescreenPublic:
+    """The prescreen of ``cand``'s function if known, else start it in the background.
+
+    ``store_as``: the stored candidate to record the result on (None for a duplicate, which is
+    not stored). Returns the result or a ``pending`` placeholder.
+    """
+    known = services.cached_prescreen(cand.fingerprint)
+    if known is not None:
+        if store_as:
+            _store(state, store_as, known)
+        return known
+    with _LOCK:
+        job = _PENDING.get(cand.fingerprint)
+        if job is not None:
+            if store_as:
+                job[1].add(store_as)
+            return pending()
+        names = {store_as} if store_as else set()
+        future = _EXECUTOR.submit(_run, state, cand)
+        _PENDING[cand.fingerprint] = (future, names)
+    return pending()
+
+
+def _run(state: services.ServiceState, cand: Any) -> S.PrescreenPublic:
+    try:
+        out = services.run_prescreen(cand)  # never raises: a crash is reported in ``error``
+        if out.error is not None:
+            out = out.model_copy(update={"status": "failed"})
+    finally:
+        with _LOCK:
+            _future, names = _PENDING.pop(cand.fingerprint, (None, set()))
+    for name in sorted(names):
+        _store(state, name, out)
+    return out
+
+
+def _store(state: services.ServiceState, name: str, result: S.PrescreenPublic) -> None:
+    try:
+        state.repo.set_candidate_prescreen(name, result.model_dump(mode="json"))
+    except Exception:  # the server may be shutting down; the answer was already given
+        log.warning("could not store the prescreen of %s", name, exc_info=True)
+
+
+def status(state: services.ServiceState, stored: dict[str, Any] | None, fingerprint: str | None):
+    """What a candidate's page shows: its stored prescreen, this process's, or "pending"."""
+    if stored and stored.get("prescreen"):
+        return S.PrescreenPublic.model_validate(stored["prescreen"])
+    known = services.cached_prescreen(fingerprint)
+    if known is not None:
+        return known
+    with _LOCK:
+        if fingerprint in _PENDING:
+            return pending()
+    return None
+
+
+def wait_idle(timeout: float = 120.0) -> bool:
+    """Block until no prescreen runs (tests, and a server that is shutting down)."""
+    with _LOCK:
+        jobs = [f for f, _n in _PENDING.values()]
+    for f in jobs:
+        try:
+            f.result(timeout=timeout)
+        except Exception:
+            return False
+    return True

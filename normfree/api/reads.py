@@ -1,0 +1,165 @@
+"""The API's cached reads: what each one depends on (its key) and where it is built.
+
+A key holds the request's parameters and the versions of the data the answer shows, read in one
+small query per request (``api.cache`` explains why that is never stale). The builders are the
+ordinary service functions; this module only decides what may be reused:
+
+- a leaderboard: the proxy's read version (bumped when one of its trials finishes), the
+  candidates' version (groups and properties are shown), the database's identity, and how many
+  function analyses this process has done (``api.enrich``);
+- the candidate list: the candidates' version;
+- a study's summary and page: ``services.study_key`` (status, update time, per-status counts);
+- a trial: its status and ``updated_at`` (every write to it moves the pair).
+
+Also here: which leaderboard rows belong to a candidate (its page and ``/results``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from typing import Any
+
+from normfree.api import schemas as S
+from normfree.api import services
+from normfree.api.errors import not_found
+from normfree.storage import reads
+
+Key = tuple[Hashable, Hashable]  # (family: what is shown, version: what it depends on)
+
+
+def _versions(conn: Any, *scopes: str) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(reads.versions(conn, [*scopes, "database"]).items()))
+
+
+def derived(kind: str, key: Key, *extra: Hashable) -> Key:
+    """The key of something built from ``key``'s data (a page, a model, a figure)."""
+    return ((kind, key[0], *extra), key[1])
+
+
+def leaderboard_key(
+    state: services.ServiceState,
+    proxy: str,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    study_id: int | None = None,
+) -> Key:
+    """What ``services.leaderboard(proxy, ...)`` shows depends on."""
+    with state.db.read() as conn:
+        versions = _versions(conn, f"proxy:{proxy}", "candidates")
+    # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
+    epoch = services.ENRICHER.epoch
+    params = (proxy, group or None, tuple(properties or ()), study_id)
+    return (("leaderboard", *params), (versions, epoch))
+
+
+def leaderboard(
+    state: services.ServiceState,
+    proxy: str,
+    *,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    study_id: int | None = None,
+    key: Key | None = None,
+) -> S.LeaderboardPublic:
+    """``services.leaderboard``, built once per key."""
+    key = key or leaderboard_key(state, proxy, group, properties, study_id)
+    return state.cache.get_or_build(
+        derived("leaderboard-model", key),
+        lambda: services.leaderboard(
+            state, proxy, group=group, properties=properties, study_id=study_id
+        ),
+    )
+
+
+def candidates_key(state: services.ServiceState, *params: Any) -> Key:
+    with state.db.read() as conn:
+        return (("candidates", params), _versions(conn, "candidates"))
+
+
+def candidates(
+    state: services.ServiceState,
+    *,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    source: str | None = None,
+    q: str | None = None,
+    key: Key | None = None,
+) -> S.CandidateList:
+    """``services.list_candidates``, built once per key."""
+    params = (group, tuple(properties or ()), source, q)
+    key = key or candidates_key(state, *params)
+    return state.cache.get_or_build(
+        derived("candidates-model", key),
+        lambda: services.list_candidates(
+            state, group=group, properties=properties, source=source, q=q
+        ),
+    )
+
+
+def trial_key(state: services.ServiceState, trial_id: int) -> Key:
+    with state.db.read() as conn:
+        stamp = reads.trial_stamp(conn, trial_id)
+        versions = _versions(conn)
+    if stamp is None:
+        raise not_found("trial", trial_id)
+    return (("trial", trial_id), (stamp, versions))
+
+
+def study_key(state: services.ServiceState, study_id: int) -> Key:
+    """A study's summary, page and figure: its status, update time and per-status counts (see
+    ``services.study_key``), and whether this process drives it."""
+    with state.db.read() as conn:
+        stamp = reads.study_stamp(conn, study_id)
+        versions = _versions(conn)
+    if stamp is None:
+        raise not_found("study", study_id)
+    active = bool(state.runner and state.runner.is_active(study_id))
+    return (("study", study_id), (stamp, active, versions))
+
+
+# -- a candidate's results ------------------------------------------------------------------------
+
+
+def same_function_names(
+    state: services.ServiceState, name: str, fingerprint: str | None, arm_names: set[str]
+) -> set[str]:
+    """Names under which ``name``'s function ran: itself, catalog entries and stored candidates
+    with its fingerprint, and transform calls of any of those that compute the same values
+    (``shift_h(erf, 0)`` is erf). Only arm names that mention one of the names are resolved, so
+    the cost is a few cached parses, not one per arm."""
+    names = {name}
+    if not fingerprint:
+        return names
+    names |= {c.name for c in services._catalog_public() if c.fingerprint == fingerprint}
+    names |= {r["name"] for r in state.repo.list_candidates(fingerprint=fingerprint)}
+    words = [re.compile(rf"(?<![\w.]){re.escape(n)}(?![\w(])") for n in names]
+    for arm in sorted(arm_names - names):
+        if "(" not in arm or not any(w.search(arm) for w in words):
+            continue
+        cand = services._resolve_cached(arm)
+        if cand is not None and cand.fingerprint == fingerprint:
+            names.add(arm)
+    return names
+
+
+def candidate_results(
+    state: services.ServiceState, name: str, fingerprint: str | None = None
+) -> list[dict[str, Any]]:
+    """The leaderboard rows, across proxies, of every arm that runs ``name``'s function.
+
+    Matched on the arm's stored norm name (``LeaderboardRow.function``), never on its label: a
+    label carries the arm's options (``erf [shift=scalar]``) and still is erf's result.
+    """
+    with state.db.read() as conn:
+        pairs = reads.arm_candidates(conn)
+    same = same_function_names(state, name, fingerprint, {c for _p, c in pairs})
+    out: list[dict[str, Any]] = []
+    for proxy in sorted({p for p, c in pairs if c in same}):
+        board = leaderboard(state, proxy)
+        out.extend(
+            {"proxy": proxy, "objective": board.objective, **row.model_dump()}
+            for row in board.rows
+            if row.function in same
+        )
+    return out

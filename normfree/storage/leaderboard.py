@@ -1,0 +1,384 @@
+"""Leaderboards: arms ranked over their seeds, read from the arm summaries or from scratch.
+
+One ranking (``rank``) turns per-arm inputs (:class:`Arm`: values per seed, counts, the first
+trial's norm and axes) into rows; the inputs come from one of two places:
+
+- ``arms_from_summaries``: the ``arm_results`` rows (``storage.aggregates``), one per arm. The
+  default, and what keeps a leaderboard's cost proportional to its arms, not its trials.
+- ``arms_from_trials``: every finished trial, grouped in Python. The from-scratch definition; it
+  serves ``metric=`` (any final metric, which the summaries do not keep) and one study's board
+  (bounded by the study's size), and the contract tests compare the two on both backends.
+
+LayerNorm pairing reads the LayerNorm arms' latest value per seed in the candidate's context:
+from the summaries (``pairing_from_summaries``) or from its trials (``pairing_from_trials``).
+Statistics are ``storage.stats``; values enter them in seed order in both paths, so the two give
+bit-identical numbers. ``summarize`` and Welch's test are memoised on their value tuples: a board
+rebuilt after one trial finished recomputes only the arms whose values changed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+import sqlalchemy as sa
+
+from normfree.storage import stats
+from normfree.storage.aggregates import FINISHED, order_key
+from normfree.storage.models import ArmResultRow, CandidateRow, TrialRow
+
+BASELINE_GROUP = "baseline"
+REFERENCE_NORM = "layernorm"
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+@dataclass
+class Arm:
+    """What the ranking needs of one arm (one config without its seed) on one proxy."""
+
+    arm_key: str
+    candidate: str
+    context_key: str
+    norm: dict[str, Any]
+    axis_values: dict[str, Any]
+    overrides: dict[str, Any]
+    objective: str | None
+    direction: str | None
+    n_trials: int
+    n_diverged: int
+    n_failed: int
+    n_pruned: int
+    by_seed: dict[int, float] = field(default_factory=dict)
+    study_ids: list[int] = field(default_factory=list)
+
+
+def props_match(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Stored properties equal every wanted value (exact match, as ``list_candidates`` does)."""
+    return all(have.get(k) == v for k, v in want.items())
+
+
+def is_baseline(candidate: str, norm: Mapping[str, Any] | None) -> bool:
+    from normfree.specs import BASELINES
+
+    return candidate in BASELINES and not (norm or {}).get("formula")
+
+
+def _trial_value(t: Any, metric: str | None) -> float | None:
+    if metric is None:
+        return t.objective_value
+    v = (t.metrics or {}).get(metric)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _by_finish(t: Any) -> tuple[datetime, int]:
+    """(finish time, id); a trial without a finish time first, as ``aggregates.order_key``."""
+    return (t.finished_at or _EARLIEST, t.id)
+
+
+# -- inputs from scratch ----------------------------------------------------------------------
+
+
+def finished_trials(session: Any, proxy: str, study_id: int | None = None) -> list[Any]:
+    """The finished trials of ``proxy`` (of one study), ordered by finish time then id."""
+    q = sa.select(TrialRow).where(TrialRow.proxy == proxy, TrialRow.status.in_(FINISHED))
+    if study_id is not None:
+        q = q.where(TrialRow.study_id == study_id)
+    return sorted(session.scalars(q), key=_by_finish)
+
+
+def arms_from_trials(trials: Sequence[Any], metric: str | None = None) -> list[Arm]:
+    """Group trials (ordered by finish) into arms: the from-scratch definition of an arm's inputs.
+
+    One value per seed: the latest COMPLETE trial's (objective, or ``metric`` from its final
+    metrics) when several studies ran the same seed. The first trial gives norm, axes and
+    overrides; the first objective names the metric; the last direction decides the ranking.
+    """
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for t in trials:
+        groups[t.arm_key].append(t)
+    arms = []
+    for key, ts in groups.items():
+        first = ts[0]
+        by_seed: dict[int, float] = {}
+        for t in ts:  # ordered by finish time: the latest value of a seed wins
+            v = _trial_value(t, metric) if t.status == "COMPLETE" else None
+            if v is not None:
+                by_seed[t.seed] = v
+        dirs = [t.direction for t in ts if t.direction]
+        arms.append(
+            Arm(
+                arm_key=key,
+                candidate=first.candidate,
+                context_key=first.context_key,
+                norm=first.norm or {},
+                axis_values=first.axis_values or {},
+                overrides=dict(first.config or {}).get("overrides") or {},
+                objective=metric or next((t.objective for t in ts if t.objective), None),
+                direction=dirs[-1] if dirs else None,
+                n_trials=len(ts),
+                n_diverged=sum(t.status == "DIVERGED" for t in ts),
+                n_failed=sum(t.status == "FAILED" for t in ts),
+                n_pruned=sum(t.status == "PRUNED" for t in ts),
+                by_seed=by_seed,
+                study_ids=sorted({t.study_id for t in ts}),
+            )
+        )
+    return arms
+
+
+def pairing_from_trials(
+    session: Any, proxy: str, contexts: Iterable[str], metric: str | None = None
+) -> dict[str, dict[int, float]]:
+    """Per context, LayerNorm's latest COMPLETE value per seed, from its trials."""
+    out: dict[str, dict[int, float]] = {}
+    q = sa.select(TrialRow).where(
+        TrialRow.candidate == REFERENCE_NORM,
+        TrialRow.status == "COMPLETE",
+        TrialRow.proxy == proxy,
+    )
+    for chunk in _chunks(sorted(set(contexts)), 500):
+        rows = sorted(session.scalars(q.where(TrialRow.context_key.in_(chunk))), key=_by_finish)
+        for t in rows:
+            v = _trial_value(t, metric)
+            if v is not None:
+                out.setdefault(t.context_key, {})[t.seed] = v
+    return out
+
+
+# -- inputs from the arm summaries --------------------------------------------------------------
+
+
+def _arm_from_summary(row: Any) -> Arm:
+    m = row._mapping if hasattr(row, "_mapping") else row
+    return Arm(
+        arm_key=m["arm_key"],
+        candidate=m["candidate"],
+        context_key=m["context_key"],
+        norm=m["norm"] or {},
+        axis_values=m["axis_values"] or {},
+        overrides=m["overrides"] or {},
+        objective=m["objective"],
+        direction=m["direction"],
+        n_trials=m["n_trials"],
+        n_diverged=m["n_diverged"],
+        n_failed=m["n_failed"],
+        n_pruned=m["n_pruned"],
+        by_seed={int(s): float(v[0]) for s, v in (m["seeds"] or {}).items()},
+        study_ids=list(m["study_ids"] or []),
+    )
+
+
+def arms_from_summaries(session: Any, proxy: str) -> list[Arm]:
+    """Every arm of ``proxy`` from ``arm_results``: one row per arm."""
+    a = ArmResultRow.__table__
+    return [
+        _arm_from_summary(r)
+        for r in session.execute(sa.select(a).where(a.c.proxy == proxy).order_by(a.c.first_order))
+    ]
+
+
+def pairing_from_summaries(
+    session: Any, proxy: str, contexts: Iterable[str]
+) -> dict[str, dict[int, float]]:
+    """Per context, LayerNorm's latest value per seed, merged over its arms (by finish order)."""
+    a = ArmResultRow.__table__
+    latest: dict[str, dict[int, tuple[str, float]]] = {}
+    q = sa.select(a.c.context_key, a.c.seeds).where(
+        a.c.proxy == proxy, a.c.candidate == REFERENCE_NORM
+    )
+    for chunk in _chunks(sorted(set(contexts)), 500):
+        for ctx, seeds in session.execute(q.where(a.c.context_key.in_(chunk))):
+            held = latest.setdefault(ctx, {})
+            for s, (value, order) in (seeds or {}).items():
+                seed = int(s)
+                if seed not in held or order > held[seed][0]:
+                    held[seed] = (order, float(value))
+    return {ctx: {s: v for s, (_o, v) in sorted(m.items())} for ctx, m in latest.items()}
+
+
+# -- the ranking ----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1 << 16)
+def _summary(values: tuple[float, ...], confidence: float) -> stats.Summary:
+    return stats.summarize(values, confidence)
+
+
+@lru_cache(maxsize=1 << 16)
+def _welch(a: tuple[float, ...], b: tuple[float, ...]) -> float | None:
+    return stats.welch_p_value(a, b)
+
+
+def candidate_info(session: Any, names: Iterable[str]) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """(group, properties) of the stored candidates among ``names``."""
+    out: dict[str, tuple[Any, dict[str, Any]]] = {}
+    q = sa.select(CandidateRow.name, CandidateRow.group, CandidateRow.properties)
+    for chunk in _chunks(sorted(set(names)), 500):
+        for name, group, props in session.execute(q.where(CandidateRow.name.in_(chunk))):
+            out[name] = (group, props or {})
+    return out
+
+
+def rank(
+    arms: Sequence[Arm],
+    pairing: Mapping[str, Mapping[int, float]],
+    candidates: Mapping[str, tuple[Any, dict[str, Any]]],
+    *,
+    group: str | None = None,
+    properties: Mapping[str, Any] | None = None,
+    metric: str | None = None,
+    direction: stats.Direction | None = None,
+    alpha: float = stats.ALPHA,
+) -> list[dict[str, Any]]:
+    """Leaderboard rows (see ``Repository.leaderboard`` for their keys), best first."""
+    rows: list[dict[str, Any]] = []
+    for arm in arms:
+        info = candidates.get(arm.candidate)
+        if info is not None:
+            cgroup, cprops = info
+        else:
+            cgroup = BASELINE_GROUP if is_baseline(arm.candidate, arm.norm) else None
+            cprops = {}
+        if group is not None and cgroup != group:
+            continue
+        if properties and not props_match(cprops, properties):
+            continue
+        seeds = sorted(arm.by_seed)
+        values = tuple(arm.by_seed[s] for s in seeds)
+        arm_dir: stats.Direction = direction or arm.direction or "maximize"  # type: ignore[assignment]
+        summary = _summary(values, 1 - alpha)
+        ln = pairing.get(arm.context_key, {})
+        vs_ln = None
+        shared = sorted(set(arm.by_seed) & set(ln))
+        if shared and arm.candidate != REFERENCE_NORM:
+            d = stats.paired_difference([arm.by_seed[x] for x in shared], [ln[x] for x in shared])
+            vs_ln = {
+                "n_pairs": d.n,
+                "seeds": shared,
+                "mean_diff": d.mean,
+                "std": d.std,
+                "ci_half_width": d.half_width,
+                "ci_low": d.low,
+                "ci_high": d.high,
+            }
+        rows.append(
+            {
+                "arm_key": arm.arm_key,
+                "candidate": arm.candidate,
+                "norm": arm.norm,
+                "axis_values": arm.axis_values,
+                "overrides": arm.overrides,
+                "group": cgroup,
+                "properties": cprops,
+                "objective": metric or arm.objective,
+                "direction": arm_dir,
+                "n": summary.n,
+                "n_trials": arm.n_trials,
+                "n_diverged": arm.n_diverged,
+                "n_failed": arm.n_failed,
+                "n_pruned": arm.n_pruned,
+                "mean": summary.mean,
+                "std": summary.std,
+                "ci_half_width": summary.half_width,
+                "ci_low": summary.low,
+                "ci_high": summary.high,
+                "bound": summary.bound(arm_dir),
+                "seeds": seeds,
+                "vs_layernorm": vs_ln,
+                "study_ids": list(arm.study_ids),
+                "_values": values,
+                "_summary": summary,
+            }
+        )
+    rows.sort(key=lambda r: (stats.rank_key(r["_summary"], r["direction"]), r["candidate"]))
+    best_values = rows[0]["_values"] if rows and rows[0]["n"] else None
+    for i, r in enumerate(rows, start=1):
+        r["rank"] = i
+        if best_values is None or not r["_values"]:
+            r["p_vs_best"] = None
+            r["indistinguishable_from_best"] = i == 1 and best_values is not None
+        else:
+            p = 1.0 if i == 1 else _welch(r["_values"], best_values)
+            r["p_vs_best"] = p
+            # stats.indistinguishable, on the p-value already computed
+            r["indistinguishable_from_best"] = i == 1 or p is None or p > alpha
+        del r["_values"], r["_summary"]
+    return rows
+
+
+def leaderboard(
+    db: Any,
+    proxy: str,
+    *,
+    group: str | None = None,
+    properties: Mapping[str, Any] | None = None,
+    study_id: int | None = None,
+    metric: str | None = None,
+    direction: stats.Direction | None = None,
+    alpha: float = stats.ALPHA,
+    from_scratch: bool = False,
+) -> list[dict[str, Any]]:
+    """The ranked arms of ``proxy``; see ``Repository.leaderboard``.
+
+    Arms come from the summaries unless a study or a metric is named (then from that study's
+    trials, or every trial for a metric) or ``from_scratch`` asks for the reference path, which
+    also pairs with LayerNorm from its trials.
+    """
+    with db.session(readonly=True) as s:
+        if from_scratch or metric is not None:
+            arms = arms_from_trials(finished_trials(s, proxy, study_id), metric)
+            pairing = pairing_from_trials(s, proxy, (a.context_key for a in arms), metric)
+        else:
+            if study_id is not None:
+                arms = arms_from_trials(finished_trials(s, proxy, study_id))
+            else:
+                arms = arms_from_summaries(s, proxy)
+            pairing = pairing_from_summaries(s, proxy, (a.context_key for a in arms))
+        cands = candidate_info(s, (a.candidate for a in arms))
+    return rank(
+        arms,
+        pairing,
+        cands,
+        group=group,
+        properties=properties,
+        metric=metric,
+        direction=direction,
+        alpha=alpha,
+    )
+
+
+def proxies_by_finished(db: Any) -> list[str]:
+    """Proxies with finished trials, most finished first (from the arm summaries)."""
+    a = ArmResultRow.__table__
+    total = sa.func.sum(a.c.n_trials)
+    with db.session(readonly=True) as s:
+        rows = s.execute(
+            sa.select(a.c.proxy, total)
+            .group_by(a.c.proxy)
+            .having(total > 0)
+            .order_by(total.desc(), a.c.proxy)
+        ).all()
+    return [p for p, _n in rows]
+
+
+def _chunks(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+__all__ = [
+    "BASELINE_GROUP",
+    "REFERENCE_NORM",
+    "Arm",
+    "arms_from_summaries",
+    "arms_from_trials",
+    "leaderboard",
+    "order_key",
+    "pairing_from_summaries",
+    "pairing_from_trials",
+    "rank",
+]

@@ -1,0 +1,130 @@
+"""Reads whose cost must not grow with the trials stored: one study's rows, pages, stamps.
+
+``Repository`` owns writes and whole-entity reads; these are the narrow reads the API serves at
+scale. Each touches one study's rows through ``ix_trials_study_status`` (bounded by the study's
+size, not the database's) or one row by primary key, and selects only the columns it shows.
+They take a Core connection from ``Database.read()`` so that one request's few reads share one
+snapshot and none pays for an ORM session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from normfree.storage import aggregates
+from normfree.storage.models import TRIAL_STATUSES, ArmResultRow, StudyRow, TrialRow
+
+# Columns of a trial in a study's table (``fields=`` picks among them; ``id`` always comes).
+TRIAL_LIST_FIELDS = (
+    "id",
+    "candidate",
+    "seed",
+    "status",
+    "attempt",
+    "axis_values",
+    "objective",
+    "direction",
+    "value",
+    "finished_at",
+)
+_COLUMN = {"value": "objective_value"}
+MAX_PAGE = 1000
+
+
+def study_counts(conn: Any, study_id: int) -> dict[str, int]:
+    """Trials of the study per status (every status, zeros included): an index-only count."""
+    counts = dict.fromkeys(TRIAL_STATUSES, 0)
+    q = (
+        sa.select(TrialRow.status, sa.func.count())
+        .where(TrialRow.study_id == study_id)
+        .group_by(TrialRow.status)
+    )
+    for status, n in conn.execute(q):
+        counts[status] = int(n)
+    return counts
+
+
+def study_stamp(conn: Any, study_id: int) -> tuple[Any, ...] | None:
+    """(status, updated_at, per-status counts) of a study: what its summary depends on (see
+    ``api.services.study_key``). None when there is no such study."""
+    row = conn.execute(
+        sa.select(StudyRow.status, StudyRow.updated_at).where(StudyRow.id == study_id)
+    ).first()
+    if row is None:
+        return None
+    counts = tuple(sorted(study_counts(conn, study_id).items()))
+    return (row.status, row.updated_at.isoformat(), counts)
+
+
+def _columns(fields: Iterable[str]) -> list[Any]:
+    names = ["id", *(f for f in fields if f != "id")]
+    return [getattr(TrialRow, _COLUMN.get(f, f)).label(f) for f in names]
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    out = dict(row._mapping)
+    for k, v in out.items():
+        if isinstance(v, datetime):
+            out[k] = v.isoformat()
+    return out
+
+
+def study_trial_rows(
+    conn: Any, study_id: int, fields: Sequence[str] = TRIAL_LIST_FIELDS
+) -> list[dict[str, Any]]:
+    """Every trial of one study, by id, with only ``fields`` (for its cells)."""
+    q = sa.select(*_columns(fields)).where(TrialRow.study_id == study_id).order_by(TrialRow.id)
+    return [_plain(r) for r in conn.execute(q)]
+
+
+def trial_page(
+    conn: Any,
+    study_id: int,
+    *,
+    after: int = 0,
+    limit: int = 100,
+    fields: Sequence[str] = TRIAL_LIST_FIELDS,
+    status: Sequence[str] | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of a study's trials in id order after trial ``after``; and the next cursor.
+
+    Keyset pagination on the id, which never changes: a trial finishing (or being added) while a
+    client pages cannot shift rows between pages, so no row is returned twice or skipped. The
+    next cursor is None on the last page.
+    """
+    limit = max(1, min(int(limit), MAX_PAGE))
+    q = (
+        sa.select(*_columns(fields))
+        .where(TrialRow.study_id == study_id, TrialRow.id > after)
+        .order_by(TrialRow.id)
+        .limit(limit + 1)
+    )
+    if status:
+        q = q.where(TrialRow.status.in_(list(status)))
+    rows = [_plain(r) for r in conn.execute(q)]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1]["id"] if more and rows else None)
+
+
+def trial_stamp(conn: Any, trial_id: int) -> tuple[str, str] | None:
+    """(status, updated_at) of a trial: every write to it changes the pair. None: no trial."""
+    q = sa.select(TrialRow.status, TrialRow.updated_at).where(TrialRow.id == trial_id)
+    row = conn.execute(q).first()
+    return None if row is None else (row.status, row.updated_at.isoformat())
+
+
+def versions(conn: Any, scopes: Iterable[str]) -> dict[str, int]:
+    """The read versions of ``scopes`` (``storage.aggregates.read_versions``) in one query."""
+    return aggregates.read_versions(conn, scopes)
+
+
+def arm_candidates(conn: Any) -> list[tuple[str, str]]:
+    """Every (proxy, candidate name) with finished trials, from the arm summaries."""
+    a = ArmResultRow.__table__
+    q = sa.select(a.c.proxy, a.c.candidate).distinct().order_by(a.c.proxy, a.c.candidate)
+    return [(p, c) for p, c in conn.execute(q)]

@@ -1,0 +1,72 @@
+"""The response cache: one build per key, the family's latest while another request builds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from normfree.api.cache import Cached, ResponseCache
+
+
+def test_one_build_per_key_for_concurrent_misses() -> None:
+    cache = ResponseCache()
+    calls = []
+    release = threading.Event()
+
+    def build() -> Cached:
+        calls.append(1)
+        release.wait(5)
+        return Cached(b"v1", "text/plain")
+
+    key = (("board", "p"), 1)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get_or_build(key, build)))]
+    threads += [
+        threading.Thread(target=lambda: got.append(cache.get_or_build(key, build)))
+        for _ in range(7)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1  # no family version existed yet: everyone waited for the one build
+    assert {g.body for g in got} == {b"v1"}  # type: ignore[attr-defined]
+
+
+def test_latest_version_served_while_a_newer_one_builds() -> None:
+    cache = ResponseCache()
+    family = ("board", "p")
+    cache.get_or_build((family, 1), lambda: Cached(b"v1", "text/plain"))
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> Cached:
+        started.set()
+        release.wait(5)
+        return Cached(b"v2", "text/plain")
+
+    builder = threading.Thread(target=lambda: cache.get_or_build((family, 2), slow))
+    builder.start()
+    assert started.wait(5)
+    # a reader of version 2 (or 3) while 2 builds: the latest built (1), labelled as such
+    served, value = cache.lookup((family, 2), lambda: Cached(b"never", "text/plain"))
+    assert (served, value.body) == ((family, 1), b"v1")
+    assert cache.lookup((family, 3), slow, stale_ok=True)[1].body == b"v1"
+    release.set()
+    builder.join()
+    assert cache.lookup((family, 2), slow) == ((family, 2), cache.get((family, 2)))
+    # other families never see each other's values
+    other = cache.lookup((("board", "q"), 2), lambda: Cached(b"q", "text/plain"))
+    assert other[1].body == b"q"
+    # with nothing building, a new version is built by the request that asks for it
+    assert cache.lookup((family, 4), lambda: Cached(b"v4", "text/plain"))[1].body == b"v4"
+
+
+def test_lru_bound_and_gzip_once() -> None:
+    cache = ResponseCache(max_entries=3)
+    for i in range(5):
+        cache.get_or_build((("f", i), 0), lambda i=i: Cached(bytes([i]) * 2000, "text/plain"))
+    assert cache.get((("f", 0), 0)) is None and cache.get((("f", 4), 0)) is not None
+    entry = cache.get((("f", 4), 0))
+    assert entry.gzipped() is entry.gzipped() and len(entry.gzipped()) < 100

@@ -12,11 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from normfree.kernels import _native, _ops, compile_candidate, pointwise_norm
-from normfree.kernels._printers import ERF_P, ERF_Q, erf_rational_fit
+from normfree.kernels._printers import ERF_CLAMP, ERF_P, ERF_Q, erf_rational_fit
 from normfree.search_space import catalog, parse
 from normfree.settings import get_settings
 
@@ -54,10 +55,19 @@ def test_exp_is_within_2_ulp_and_saturates_like_torch() -> None:
 
 
 def test_erf_coefficients_are_what_the_fit_produces() -> None:
+    """The shipped literals are as good as a refit: the least-squares problem is ill-conditioned,
+    so LAPACK builds move the coefficients in their 5th-6th digit, never the fit's quality."""
     p, q, worst = erf_rational_fit()
     assert worst < 2e-9  # float64 error of the rational function itself
-    assert p == pytest.approx(ERF_P, rel=1e-6, abs=1e-12)
-    assert q == pytest.approx(ERF_Q, rel=1e-6, abs=1e-12)
+
+    def max_error(pc: tuple[float, ...], qc: tuple[float, ...]) -> float:
+        x = np.linspace(0.0, ERF_CLAMP, 20_001)
+        approx = x * np.polyval(pc[::-1], x * x) / np.polyval(qc[::-1], x * x)
+        return float(np.abs(approx - np.array([math.erf(v) for v in x])).max())
+
+    shipped = max_error(ERF_P, ERF_Q)
+    assert shipped < 2e-9 and shipped <= 1.05 * max_error(p, q)
+    assert p == pytest.approx(ERF_P, rel=1e-3) and q == pytest.approx(ERF_Q, rel=1e-3)
 
 
 def test_two_threads_match_one_thread() -> None:

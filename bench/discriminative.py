@@ -167,6 +167,52 @@ def markdown(summary: dict, proxy: str, objective: str, direction: str, cmd: str
     return "\n".join(lines) + "\n"
 
 
+def reused_rows(
+    path: Path, proxy: str, functions: list[str], seeds: int, have: list[dict]
+) -> list[dict]:
+    """Rows of a ``bench/calibration.py`` .jsonl for the same (proxy, plain function, seed):
+    the same TrialConfig, so the same deterministic result; trained once, counted in both."""
+    if not path.exists():
+        return []
+    done = {(r["function"], r["seed"]) for r in have}
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        c = json.loads(line)
+        name, seed = c["norm"].get("name"), c["seed"]
+        if (
+            c["proxy"] != proxy
+            or set(c["norm"]) != {"name"}
+            or name not in functions
+            or seed >= seeds
+            or (name, seed) in done
+            or c["config"].get("epochs") is not None
+        ):
+            continue
+        r = c["result"]
+        test_key = {"val_acc": "test_acc", "val_loss": "test_loss"}.get(r.get("objective") or "")
+        value = r["metrics"].get(r["objective"]) if r["status"] == "complete" else None
+        out.append(
+            {
+                "proxy": proxy,
+                "function": name,
+                "seed": seed,
+                "status": r["status"],
+                "objective": r["objective"],
+                "value": value,
+                "test": r["metrics"].get(test_key or ""),
+                "metrics": r["metrics"],
+                "diverged_at_step": r.get("diverged_at_step"),
+                "error": r.get("error"),
+                "seconds": c["seconds"],
+                "reused_from": path.name,
+            }
+        )
+        done.add((name, seed))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--proxy", default="vit-digits")
@@ -176,6 +222,9 @@ def main() -> None:
     ap.add_argument("--functions", default=None, help="comma-separated (default: 16 + baselines)")
     ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
     ap.add_argument("--quick", action="store_true", help="vit-tiny, 4 functions, 2 seeds")
+    ap.add_argument(
+        "--reuse", default=None, help="a calibration .jsonl whose plain-function rows to reuse"
+    )
     ap.add_argument(
         "--summarise-only", action="store_true", help="rewrite the table from the .jsonl"
     )
@@ -199,6 +248,12 @@ def main() -> None:
         rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
     elif jsonl.exists():
         jsonl.unlink()
+    if args.reuse:
+        reused = reused_rows(Path(args.reuse), args.proxy, functions, args.seeds, rows)
+        rows += reused
+        with jsonl.open("a") as fh:
+            for r in reused:
+                fh.write(json.dumps(r) + "\n")
     done = {(r["function"], r["seed"]) for r in rows}
     jobs = [
         (args.proxy, f, s, args.epochs)

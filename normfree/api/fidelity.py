@@ -154,9 +154,9 @@ def summary(
 
 __all__ = [
     "get_reference",
-    "page_url",
     "import_reference",
     "list_references",
+    "page_url",
     "reference_csv",
     "report",
     "summary",

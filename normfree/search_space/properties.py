@@ -2,8 +2,10 @@
 
 Exact (symbolic) where that is cheap and bounded: f(0), f'(0) (from the kernel-safe derivative),
 odd symmetry (when sympy's automatic simplification makes f(-u) + f(u) vanish), and the kinks at
-exact rational roots. Everything else is numeric on fixed grids in float64, with documented
-tolerances, because symbolic limits and root finding can run unboundedly on user input:
+exact rational roots; the limits at +-infinity and the growth label from sympy's limits where the
+expression is small enough for them to be cheap (:mod:`.limits`). Everything else is numeric on
+fixed grids in float64, with documented tolerances, because symbolic limits and root finding can
+run unboundedly on larger user input:
 
 - grids: a dense linear grid over [-50, 50] (step 1e-3 near 0 for the flat region) and a
   log-spaced grid of |u| up to 1e16 for the behaviour at infinity;

@@ -101,7 +101,9 @@ def client_id(request: Request) -> str:
 def token_of(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
 
 
 def is_token_holder(request: Request) -> bool:

@@ -319,7 +319,7 @@ def _planned_configs(spec: StudySpec) -> list[TrialConfig]:
         return [p.config for p in sch.plan_grid(spec)]
     base = TrialConfig(**sch._base_config(spec), norm=sch._norm("erf", spec), seed=0)
     if spec.kind == "search":
-        n = spec.n_trials or 20
+        n = spec.n_trials or len(sch.search_functions(spec))  # the driver's default
         n += int(spec.params.get("top_arms", 3)) * spec.extra_seeds_for_top
         return [base] * n
     from normfree.workers.generate import validate_spec

@@ -36,10 +36,11 @@ from normfree.workers.errors import ConfigError
 MAX_SEED = 2**31 - 1
 MAX_EPOCHS = 1000
 
-# Seconds of one epoch of each preset on one idle CPU core at its defaults, measured with
-# bench/bench_trial.py where the README quotes a figure (vit-digits 45 s / 15 epochs, dit-digits
-# 116 s / 60 epochs, the tiny presets ~1 s / 2 epochs) and scaled by FLOPs per epoch for the
-# others. A preset missing here is costed like vit-digits per epoch.
+# Seconds of one epoch of each preset on one idle CPU core at its defaults. Measured (README,
+# bench/bench_trial.py): vit-digits 45 s / 15 epochs, dit-digits 116 s / 60 epochs, the tiny
+# presets ~1 s / 2 epochs. The others are rough estimates from their model and data size
+# relative to those (an order of magnitude is what the budget needs). A preset missing here is
+# costed like vit-digits per epoch.
 EPOCH_SECONDS: dict[str, float] = {
     "vit-digits": 3.0,
     "vit-digits8x8": 1.0,

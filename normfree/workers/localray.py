@@ -7,9 +7,9 @@ Two things Ray does not do for us by default:
   its GCS, raylet, object manager, workers and agents listen on every interface. Ray binds
   everything to loopback when it treats the machine as a single-node "cluster-less" host (its
   behaviour on macOS/Windows, switched by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). We set that
-  switch in this process (read again at call time) and in the environment the Ray processes
-  inherit, and pass ``127.0.0.1`` as the node address, before ``ray.init``. Joining a real
-  cluster (``NORMFREE_RAY_ADDRESS``) never goes through here.
+  switch, in this process and in the environment the Ray processes inherit, for the duration of
+  ``ray.init`` only, and pass ``127.0.0.1`` as the node address. Joining a real cluster
+  (``NORMFREE_RAY_ADDRESS``) never goes through here.
 - **Fully stopped on exit.** ``ray.shutdown()`` runs at interpreter exit, but a SIGTERM kills
   Python without running exit handlers, and Ray's agents (dashboard agent, runtime-env agent)
   can outlive a raylet that died under them. :func:`start` turns SIGTERM into a normal exit
@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +83,38 @@ def _sigterm_exits() -> None:
     signal.signal(signal.SIGTERM, _exit)
 
 
-def start(**init_kwargs: Any) -> None:
-    """``ray.init`` a private local cluster bound to loopback (kwargs go to ``ray.init``)."""
-    os.environ[_CLUSTER_SWITCH] = "0"  # inherited by every process Ray starts
+@contextlib.contextmanager
+def _single_host() -> Iterator[None]:
+    """Ray's single-host mode for the duration of ``ray.init`` only.
+
+    The processes Ray starts inherit the switch from the environment at spawn time (and the
+    raylet passes it on to every worker it starts later); this process reads the module constant
+    (set at import) only while starting. Both are restored afterwards, so a later ``ray.init``
+    that joins a real cluster, or a ``ray start`` this process runs, is not affected.
+    """
     from ray._private import ray_constants
 
-    # Already imported: the module constant was read from the environment at import time.
+    old_env = os.environ.get(_CLUSTER_SWITCH)
+    old_const = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_CLUSTER_SWITCH] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old_const
+        if old_env is None:
+            os.environ.pop(_CLUSTER_SWITCH, None)
+        else:
+            os.environ[_CLUSTER_SWITCH] = old_env
+
+
+def start(**init_kwargs: Any) -> None:
+    """``ray.init`` a private local cluster bound to loopback (kwargs go to ``ray.init``)."""
     import ray
 
     before = descendants(os.getpid())
-    ray.init(address="local", _node_ip_address=LOOPBACK, **init_kwargs)
+    with _single_host():
+        ray.init(address="local", _node_ip_address=LOOPBACK, **init_kwargs)
     _started.update(descendants(os.getpid()) - before)
     _sigterm_exits()
 

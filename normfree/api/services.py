@@ -116,9 +116,15 @@ class StudyRunner:
                 if self._executor is None:
                     self._executor = RayExecutor(self.settings)
                 StudyDriver(study_id, settings=self.settings, executor=self._executor).run()
-            except Exception as exc:  # keep serving; the study page shows the reason
-                log.exception("study %s stopped with an error", study_id)
-                self.errors[study_id] = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # keep serving; the study page shows one line
+                from normfree.workers.errors import new_reference
+
+                ref = new_reference()
+                log.exception("study %s stopped with an error [ref %s]", study_id, ref)
+                self.errors[study_id] = (
+                    f"the study's driver stopped with {type(exc).__name__} [ref {ref}]; "
+                    "the details are in the server log"
+                )
             finally:
                 with self._lock:
                     self._active.discard(study_id)
@@ -874,11 +880,17 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
 
 def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
     spec = validate_study(data)
+    from normfree.workers.cost import check_study
     from normfree.workers.driver import create_study as engine_create_study
 
     try:
+        estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
+    except ValueError as exc:
+        problems = str(exc).split("; ")
+        raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
+    try:
         study_id = engine_create_study(spec, settings=state.settings)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
         raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
@@ -886,7 +898,7 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
         state.runner.submit(study_id)
     row = state.repo.get_study(study_id)
     assert row is not None
-    return _study_public(state, row)
+    return _study_public(state, row).model_copy(update={"estimate": estimate.model_dump()})
 
 
 def list_studies(
@@ -1107,11 +1119,16 @@ def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPub
 # ------------------------------------------------------------------------------------- trials
 
 
-def get_trial(state: ServiceState, trial_id: int) -> S.TrialPublic:
+def get_trial(state: ServiceState, trial_id: int, *, private: bool = False) -> S.TrialPublic:
+    """A trial; its error's full text only when ``private`` (a token holder: api.security)."""
+    from normfree.workers.errors import public_error
+
     t = state.repo.get_trial(trial_id)
     if t is None:
         raise not_found("trial", trial_id)
     t = clean(t)
+    if not private:
+        t["error"] = public_error(t.get("error"))
     return S.TrialPublic(
         **{k: v for k, v in t.items() if k in S.TrialPublic.model_fields and k != "curves"},
         objective_value=t.get("value"),

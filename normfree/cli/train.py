@@ -141,7 +141,7 @@ def train(
         overrides=_parse_sets(sets, as_json),
     )
     try:
-        total = resolve(config).preset.epochs
+        total = resolve(config, allow_paths=True).preset.epochs
     except ValueError as exc:
         fail(str(exc), as_json)
     bar = tqdm(total=total, desc=f"{proxy} {spec.name}", unit="epoch", disable=as_json)
@@ -153,7 +153,7 @@ def train(
         bar.update(1)
 
     try:
-        result = train_trial(config, report=report)
+        result = train_trial(config, report=report, allow_paths=True)
     except ValueError as exc:
         fail(str(exc), as_json)
     finally:

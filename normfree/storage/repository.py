@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import selectinload
@@ -357,6 +357,12 @@ class Repository:
             if row.optuna_study_name is None:
                 row.optuna_study_name = f"normfree-study-{row.id}"
             return row.id
+
+    def delete_study(self, study_id: int) -> None:
+        """Remove a study that never ran, with its trial rows: the undo of a failed creation."""
+        with self.db.session() as s:
+            s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
+            s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
     def get_study(self, study_id: int) -> dict[str, Any] | None:
         """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""

@@ -316,3 +316,30 @@ def test_a_failure_after_the_first_write_leaves_nothing(api: Api) -> None:
         mp.undo()
     assert r.status_code == 422
     _nothing_written(api)
+
+
+def test_public_trial_hides_worker_hosts(make_api, sqlite_database_url: str) -> None:
+    """A worker id is ``host:pid``: anonymous readers get an opaque stable id, and an error
+    stored before errors had a public line (a lost lease names its worker) is masked too."""
+    from normfree.workers.errors import public_worker
+
+    api = make_api(sqlite_database_url)
+    r = api.client.post("/api/studies", json={**STUDY, "values": [0.5]}, headers=api.auth)
+    assert r.status_code == 201, r.text
+    study_id = r.json()["id"]
+    repo = api.repo
+    repo.set_study_status(study_id, "running")
+    owner = "10.0.0.7:4242"
+    leased = repo.lease_next(study_id, owner, 60.0)
+    assert leased is not None
+    old_style = f"lease expired on attempt 1 (worker {owner} lost) on host fe80::1:2:3"
+    assert repo.fail_trial(leased.id, owner, leased.attempt, old_style, retry=False)
+    body = api.client.get(f"/api/trials/{leased.id}")
+    assert body.status_code == 200
+    assert "10.0.0.7" not in body.text and "fe80::1:2:3" not in body.text
+    public = body.json()
+    assert public["error"].startswith("lease expired on attempt 1 (worker ")
+    if public.get("worker"):
+        assert public["worker"] == public_worker(owner)
+    private = api.client.get(f"/api/trials/{leased.id}", headers=api.auth).json()
+    assert owner in private["error"]

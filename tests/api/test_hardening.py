@@ -59,7 +59,8 @@ def test_power_tower_is_refused_before_any_printer(api: Api) -> None:
     assert r.status_code == 422
     assert "too large once powers are expanded" in r.json()["message"]
     assert api.repo.get_candidate("tower") is None
-    assert api.client.get(f"/api/candidates/{tower}").status_code == 404
+    got = api.client.get(f"/api/candidates/{tower}")
+    assert got.status_code == 422 and "too large" in got.json()["message"]
 
 
 # -- 2: data sources named, never pathed ----------------------------------------------------
@@ -343,3 +344,12 @@ def test_public_trial_hides_worker_hosts(make_api, sqlite_database_url: str) -> 
         assert public["worker"] == public_worker(owner)
     private = api.client.get(f"/api/trials/{leased.id}", headers=api.auth).json()
     assert owner in private["error"]
+
+
+def test_a_refused_formula_in_a_candidate_url_says_why(api: Api) -> None:
+    """Not a 404 as if it were an unknown name: the parser's reason, as on submission."""
+    r = api.client.get("/api/candidates/sqrt(150-abs(u))")
+    assert r.status_code == 422, r.text
+    assert "u" in r.json()["message"] and r.json()["message"] != ""
+    assert api.client.get("/api/candidates/nosuchfunction").status_code == 404
+    assert api.client.get("/api/candidates/shift_h(erf,%200.5)").status_code == 200

@@ -81,6 +81,14 @@ def create_app(
         trials,
     )
 
+    # torch is imported here, in the thread that builds the app, before any background thread
+    # (warm-up, enrichment, prescreens) can: its import is not thread-safe (two threads racing
+    # through it fail with "operator prims::... does not exist"), and it runs TorchScript's
+    # ast.parse, which on CPython 3.11 corrupts a concurrent ast.parse in another thread
+    # ("AST constructor recursion depth mismatch", CPython gh-106905). The server needs torch
+    # for prescreens anyway; the CLI's quick commands never build the app.
+    import torch  # noqa: F401
+
     settings = settings or get_settings()
     state = services.ServiceState.open(
         settings, migrate=migrate, run_studies=run_studies, prescreen=prescreen

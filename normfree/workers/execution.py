@@ -352,7 +352,12 @@ class RayExecutor:
 
         if not ray.is_initialized():
             env = {"env_vars": {"OMP_NUM_THREADS": str(self.settings.trial_threads)}}
-            if self.settings.ray_address:
+            if self.settings.ray_address and localray.is_embedded(self.settings.ray_address):
+                # another process's embedded (loopback-only) cluster on this host
+                localray.join(
+                    self.settings.ray_address, log_to_driver=self.log_to_driver, runtime_env=env
+                )
+            elif self.settings.ray_address:
                 ray.init(
                     address=self.settings.ray_address,
                     log_to_driver=self.log_to_driver,

@@ -119,6 +119,52 @@ def start(**init_kwargs: Any) -> None:
     _sigterm_exits()
 
 
+def address() -> str:
+    """The running embedded cluster's GCS address as another process on this host reaches it.
+
+    Ray reports the host's network address even in single-host mode, where nothing listens
+    there; the GCS listens on loopback, at the same port.
+    """
+    import ray
+
+    port = ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+    return f"{LOOPBACK}:{port}"
+
+
+def join(addr: str, **init_kwargs: Any) -> None:
+    """``ray.init`` as a driver of another process's embedded cluster on this host.
+
+    Ray rewrites a loopback address to the host's network address unless single-host mode is
+    on while it starts, so the switch is set for the ``ray.init`` here too.
+    """
+    import ray
+
+    with _single_host():
+        ray.init(address=addr, _node_ip_address=LOOPBACK, **init_kwargs)
+
+
+def is_embedded(addr: str) -> bool:
+    """Whether a ``host:port`` Ray address is another process's embedded cluster on this host.
+
+    A loopback address whose port does not answer at the host's network address: a cluster
+    started by ``ray start`` on this host listens on every interface and is joined as usual
+    (Ray rewrites loopback to the network address), while an embedded one listens only on
+    loopback and must be joined in single-host mode (:func:`join`).
+    """
+    import socket
+
+    host, _, port = addr.removeprefix("ray://").rpartition(":")
+    if host not in (LOOPBACK, "localhost") or not port.isdigit():
+        return False
+    import ray.util
+
+    try:
+        with socket.create_connection((ray.util.get_node_ip_address(), int(port)), timeout=1):
+            return False
+    except OSError:
+        return True
+
+
 def stop(grace_s: float = 10.0) -> None:
     """Shut the local cluster down and make sure none of its processes survive."""
     import ray

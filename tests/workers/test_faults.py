@@ -20,6 +20,7 @@ import optuna
 import pytest
 
 from normfree.specs import StudySpec
+from normfree.workers import localray
 from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
 from normfree.workers.execution import TrialStore
 from tests.workers.engine_support import engine_settings, ray_cluster
@@ -157,7 +158,6 @@ def test_driver_killed_mid_study_resumes(tmp_path: Path) -> None:
     settings = engine_settings(url, lease_seconds=lease)
     study_id = create_study(_spec(n_functions=3, epochs=3), settings=settings)
     store = TrialStore(url)
-    import ray
 
     # The driver joins this module's Ray as its own job (as on a cluster): killing the driver
     # kills its job's tasks, not the cluster, and saves starting a second Ray here.
@@ -165,7 +165,7 @@ def test_driver_killed_mid_study_resumes(tmp_path: Path) -> None:
         **os.environ,
         "NORMFREE_LEASE_SECONDS": str(lease),
         "NORMFREE_DATABASE_URL": url,
-        "NORMFREE_RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+        "NORMFREE_RAY_ADDRESS": localray.address(),
     }
     code = "from normfree.cli import main; main()"
     proc = subprocess.Popen(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import threading
 import time
 from collections import defaultdict
@@ -26,6 +25,7 @@ from normfree.api.enrich import MISSING, Enricher
 from normfree.api.errors import ApiError, not_found
 from normfree.settings import Settings
 from normfree.specs import BASELINES, StudySpec
+from normfree.workers.lifecycle import StudyRunner
 
 log = logging.getLogger(__name__)
 
@@ -68,68 +68,6 @@ def list_tokens(repo: Any) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- background studies
-
-
-class StudyRunner:
-    """Drives studies created through the API, one at a time, on a daemon thread.
-
-    The embedded default of ``normfree serve``: the API answers at once and this thread runs
-    ``StudyDriver(id).run()`` (ask, lease, dispatch to a local Ray, collect). A paused study's run
-    returns; ``resume`` queues it again. At scale, studies are submitted as Ray jobs instead and
-    this runner is off (``normfree serve --no-run-studies``).
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._queue: queue.Queue[int | None] = queue.Queue()
-        self._active: set[int] = set()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._executor: Any = None
-        self.errors: dict[int, str] = {}
-
-    def submit(self, study_id: int) -> None:
-        with self._lock:
-            if study_id in self._active:
-                return
-            self._active.add(study_id)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name="normfree-study-runner", daemon=True
-                )
-                self._thread.start()
-        self._queue.put(study_id)
-
-    def is_active(self, study_id: int) -> bool:
-        with self._lock:
-            return study_id in self._active
-
-    def _loop(self) -> None:
-        while True:
-            study_id = self._queue.get()
-            if study_id is None:
-                return
-            try:
-                from normfree.workers.driver import StudyDriver
-                from normfree.workers.execution import RayExecutor
-
-                if self._executor is None:
-                    self._executor = RayExecutor(self.settings)
-                StudyDriver(study_id, settings=self.settings, executor=self._executor).run()
-            except Exception as exc:  # keep serving; the study page shows the reason
-                log.exception("study %s stopped with an error", study_id)
-                self.errors[study_id] = f"{type(exc).__name__}: {exc}"
-            finally:
-                with self._lock:
-                    self._active.discard(study_id)
-
-    def close(self) -> None:
-        self._queue.put(None)
-        if self._executor is not None:
-            try:
-                self._executor.shutdown()
-            except Exception:  # shutting down: nothing useful to do with the error
-                log.warning("could not shut the study executor down cleanly", exc_info=True)
 
 
 # -------------------------------------------------------------------------------------- state
@@ -1070,33 +1008,21 @@ def list_study_trials(
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
-# Which actions are allowed from which study status, and the status they lead to.
-_TRANSITIONS = {
-    "pause": ({"pending", "running"}, "paused"),
-    "resume": ({"paused"}, "running"),
-    "cancel": ({"pending", "running", "paused"}, "cancelled"),
-}
-
-
 def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
-    row = state.repo.get_study(study_id)
-    if row is None:
-        raise not_found("study", study_id)
-    allowed, target = _TRANSITIONS[action]
-    if action == "resume" and state.runner is not None and not state.runner.is_active(study_id):
-        # A study left pending/running by a stopped server has no driver: resuming restarts one
-        # (the driver requeues trials whose leases expired).
-        allowed = allowed | {"pending", "running"}
-    if row["status"] not in allowed:
-        raise ApiError(
-            409,
-            "conflict",
-            f"cannot {action} a study that is {row['status']}; {action} applies to "
-            f"{', '.join(sorted(allowed))} studies",
-        )
-    state.repo.set_study_status(study_id, target)
-    if action == "cancel":
-        state.repo.cancel_waiting(study_id)
+    """Pause, resume or cancel through the one state machine (``workers.lifecycle``).
+
+    Resuming a study that this process has no driver for (left pending or running by a stopped
+    server, or failed) restarts one: the driver requeues trials whose leases expired.
+    """
+    from normfree.workers import lifecycle
+
+    restart = state.runner is not None and not state.runner.is_active(study_id)
+    try:
+        lifecycle.steer(state.repo, study_id, action, restart=restart)
+    except KeyError:
+        raise not_found("study", study_id) from None
+    except lifecycle.TransitionError as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
     if action == "resume" and state.runner is not None:
         state.runner.submit(study_id)
     row = state.repo.get_study(study_id)

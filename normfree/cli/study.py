@@ -557,20 +557,22 @@ def study_status(
     emit(progress, as_json, human)
 
 
-def _steer(study_id: int, action: str, database_url: str | None, as_json: bool) -> dict:
+def _steer(
+    study_id: int, action: str, database_url: str | None, as_json: bool, *, restart: bool = False
+) -> dict:
+    """Apply a transition through the one state machine the API uses (``workers.lifecycle``)."""
+    from normfree.workers import lifecycle
+
     store = _store(_settings(database_url))
-    found = _study_or_fail(store, study_id, as_json)
-    if found["status"] in ("complete", "cancelled"):
-        fail(f"study {study_id} is {found['status']}; nothing to {action}", as_json, code=1)
-    out: dict[str, Any] = {"study_id": study_id}
-    if action == "pause":
-        store.repo.set_study_status(study_id, "paused")
-    elif action == "resume":
-        store.repo.set_study_status(study_id, "pending")
-    else:
-        store.repo.set_study_status(study_id, "cancelled")
-        out["cancelled_waiting"] = store.repo.cancel_waiting(study_id)
-    out["status"] = store.study_status(study_id)
+    try:
+        done = lifecycle.steer(store.repo, study_id, action, restart=restart)
+    except KeyError:
+        fail(f"no study {study_id}", as_json, code=1)
+    except lifecycle.TransitionError as exc:
+        fail(str(exc), as_json, code=1)
+    out: dict[str, Any] = {"study_id": study_id, "status": done.after}
+    if action == "cancel":
+        out["cancelled_waiting"] = done.cancelled_waiting
     return out
 
 
@@ -594,7 +596,7 @@ def study_resume(
     study_id: int, detach: bool, parallel: int | None, database_url: str | None, as_json: bool
 ) -> None:
     """Resume a paused study and run its driver here (unless --detach)."""
-    out = _steer(study_id, "resume", database_url, as_json)
+    out = _steer(study_id, "resume", database_url, as_json, restart=not detach)
     if not detach:
         out["run"] = _run_driver(study_id, _settings(database_url), as_json, parallel)
     emit(out, as_json, lambda r: click.echo(f"study {study_id}: {r.get('run', r)['status']}"))

@@ -385,6 +385,13 @@ class StudyDriver:
                     self._collect(ref, summary)
                 if done:
                     self._progress()
+        except Exception:
+            # A real failure (storage, Optuna, the executor): say so instead of leaving a study
+            # marked running that nothing drives; ``resume`` (or ``study run``) restarts it. An
+            # interrupt is not a failure: the study stays running and a new driver picks it up.
+            if self.store.study_status(self.study_id) == "running":
+                self.store.repo.set_study_status(self.study_id, "failed")
+            raise
         finally:
             # Leave nothing leased to this driver if we stop early (KeyboardInterrupt, error).
             for ref in list(self._inflight):

@@ -176,9 +176,9 @@ class _OptunaRelay:
         assert job.optuna_study_name is not None and job.optuna_number is not None
         storage = store.optuna_storage()
         self.study = optuna.load_study(study_name=job.optuna_study_name, storage=storage)
-        trial_id = storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, job.optuna_number
-        )
+        # Through the storage's public API: the study object's own id is private to Optuna.
+        study_id = storage.get_study_id_from_name(job.optuna_study_name)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, job.optuna_number)
         self.trial = optuna.trial.Trial(self.study, trial_id)
         self.objective = job.objective
 

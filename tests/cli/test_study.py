@@ -67,7 +67,10 @@ def test_pause_resume_cancel_commands(tmp_path: Path) -> None:
         "--baselines", "", "--detach", "--db", db,
     )["study_id"]  # fmt: skip
     assert _json("study", "pause", str(sid), "--db", db)["status"] == "paused"
-    assert _json("study", "resume", str(sid), "--detach", "--db", db)["status"] == "pending"
+    # The API's state machine: a paused study cannot be paused again.
+    code, text = _run("study", "pause", str(sid), "--db", db, "--json")
+    assert code == 1 and "cannot pause a study that is paused" in json.loads(text)["error"]
+    assert _json("study", "resume", str(sid), "--detach", "--db", db)["status"] == "running"
     out = _json("study", "cancel", str(sid), "--db", db)
     assert out == {"study_id": sid, "status": "cancelled", "cancelled_waiting": 8}
     code, text = _run("study", "cancel", str(sid), "--db", db, "--json")

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from normfree.search_space import Candidate, ExpressionError, Properties, catalog, same_function
 from normfree.search_space.grammar import Grammar, GrammarLimits, realize, to_text
 from normfree.specs import BASELINES, NormSpec, StudySpec, TrialConfig
+from normfree.workers.scheduling import base_config, norm_spec, paired_seeds
 
 __all__ = [
     "Constraint",
@@ -788,8 +789,8 @@ class GenerativePlanner:
             if p["verdict"] == "train" and self.store.repo.get_candidate(p["name"]) is None:
                 self.store.repo.upsert_candidate(self._candidate_row(p, record.generation))
             norm = NormSpec(name=p["name"], formula=p.get("formula"), **self._norm_fields())
-            for seed in _seeds(self.spec):
-                config = TrialConfig(**self._base_config(), norm=norm, seed=seed)
+            for seed in paired_seeds(self.spec):
+                config = TrialConfig(**base_config(self.spec), norm=norm, seed=seed)
                 axes = {
                     "function": p["name"],
                     "generation": record.generation,
@@ -799,9 +800,9 @@ class GenerativePlanner:
                 items.append((config, axes))
         if record.generation == 0:
             for b in self.spec.baselines:
-                norm = NormSpec(name=b)
-                for seed in _seeds(self.spec):
-                    config = TrialConfig(**self._base_config(), norm=norm, seed=seed)
+                norm = norm_spec(b, self.spec)  # the study's affine applies to baselines too
+                for seed in paired_seeds(self.spec):
+                    config = TrialConfig(**base_config(self.spec), norm=norm, seed=seed)
                     items.append((config, {"function": b, "baseline": True, "seed": seed}))
         before = self.store.repo.study_progress(self.study_id)["total"]
         self.store.repo.add_trials(self.study_id, items)
@@ -829,24 +830,13 @@ class GenerativePlanner:
         }
 
     def _norm_fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"shift": self.spec.norm_shift}
-        if "affine" in self.spec.params:
-            out["affine"] = bool(self.spec.params["affine"])
+        """A discovered candidate's NormSpec fields: the study's, plus its fixed ``alpha0``."""
+        out = norm_spec("candidate", self.spec).model_dump(include={"shift", "affine"})
+        if "affine" not in self.spec.params:
+            out.pop("affine")
         if "alpha0" in self.spec.params:
             out["alpha0"] = float(self.spec.params["alpha0"])
         return out
-
-    def _base_config(self) -> dict[str, Any]:
-        p = self.spec.params
-        return {
-            "proxy": self.spec.proxy,
-            "overrides": dict(p.get("overrides", {})),
-            "dataset": p.get("dataset"),
-            "epochs": self.spec.epochs,
-            "lr": p.get("lr"),
-            "weight_decay": p.get("weight_decay"),
-            "warmup_epochs": p.get("warmup_epochs"),
-        }
 
     # -- the step -----------------------------------------------------------------------------
     def next_generation(self) -> int:
@@ -885,11 +875,6 @@ class GenerativePlanner:
             if added:
                 return added
         return 0
-
-
-def _seeds(spec: StudySpec) -> list[int]:
-    seed0 = int(spec.params.get("seed0", 0))
-    return [seed0 + i for i in range(spec.seeds)]
 
 
 def realize_text(formula: str, name: str) -> Candidate:

@@ -110,8 +110,11 @@ def paired_seeds(spec: StudySpec) -> list[int]:
     return [seed0 + i for i in range(spec.seeds)]
 
 
-def _base_config(spec: StudySpec) -> dict[str, Any]:
-    """The TrialConfig fields a study fixes for all its trials (from ``spec.params``)."""
+def base_config(spec: StudySpec) -> dict[str, Any]:
+    """The TrialConfig fields a study fixes for all its trials (from ``spec.params``).
+
+    Every study kind builds its trials from this, so a study-wide setting (lr, dataset,
+    overrides) means the same thing in grids, searches and generate studies."""
     p = spec.params
     overrides = dict(p.get("overrides", {}))
     return {
@@ -125,7 +128,11 @@ def _base_config(spec: StudySpec) -> dict[str, Any]:
     }
 
 
-def _norm(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
+def norm_spec(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
+    """The NormSpec of ``name`` in this study: the study's shift and ``affine``, then ``opts``.
+
+    A baseline keeps only ``affine`` (a shift or alpha0 means nothing to LayerNorm), so a study
+    that turns affine off compares against baselines without it too, whatever its kind."""
     base: dict[str, Any] = {"shift": spec.norm_shift}
     if "affine" in spec.params:
         base["affine"] = bool(spec.params["affine"])
@@ -164,7 +171,7 @@ def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
         raise ValueError(f"plan_grid schedules property and options studies, not {spec.kind!r}")
     if not spec.functions:
         raise ValueError("a property or options study needs at least one function")
-    base = _base_config(spec)
+    base = base_config(spec)
     cells: list[tuple[NormSpec, dict[str, Scalar], dict[str, Any], str]] = []
     if spec.kind == "property":
         if not spec.transform or not (spec.values or spec.params.get("untransformed_cell")):
@@ -175,10 +182,10 @@ def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
                 # transform takes no parameter (sign_flip).
                 name = untransformed_name(spec.transform, fn)
                 cells.append(
-                    (_norm(name, spec), {}, {"function": fn, spec.transform: None}, "cell")
+                    (norm_spec(name, spec), {}, {"function": fn, spec.transform: None}, "cell")
                 )
             for v in spec.values:
-                norm = _norm(transform_call(spec.transform, fn, v), spec)
+                norm = norm_spec(transform_call(spec.transform, fn, v), spec)
                 cells.append((norm, {}, {"function": fn, spec.transform: float(v)}, "cell"))
         combos: list[dict[str, Scalar]] = [{}]
     else:
@@ -188,14 +195,14 @@ def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
                 norm_opts = {k: v for k, v in combo.items() if k in NORM_OPTIONS}
                 overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
                 cells.append(
-                    (_norm(fn, spec, **norm_opts), overrides, {"function": fn, **combo}, "cell")
+                    (norm_spec(fn, spec, **norm_opts), overrides, {"function": fn, **combo}, "cell")
                 )
     for b in spec.baselines:
         # A baseline sits beside every option combination that changes the model around it.
         for combo in combos:
             overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
             axes = {"function": b, "baseline": True, **overrides}
-            cells.append((_norm(b, spec), overrides, axes, "baseline"))
+            cells.append((norm_spec(b, spec), overrides, axes, "baseline"))
     planned: list[PlannedTrial] = []
     seen: set[str] = set()
     for seed in paired_seeds(spec):
@@ -242,11 +249,11 @@ def search_distributions(spec: StudySpec) -> dict[str, optuna.distributions.Base
 
 def config_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> TrialConfig:
     """The TrialConfig of one search point (Optuna params) at one seed."""
-    base = _base_config(spec)
+    base = base_config(spec)
     if P_LR in params:
         base["lr"] = float(params[P_LR])
     opts = {"alpha0": float(params[P_ALPHA0])} if P_ALPHA0 in params else {}
-    return TrialConfig(**base, norm=_norm(str(params[P_NORM]), spec, **opts), seed=seed)
+    return TrialConfig(**base, norm=norm_spec(str(params[P_NORM]), spec, **opts), seed=seed)
 
 
 def arm_label(params: dict[str, Any]) -> str:

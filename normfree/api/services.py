@@ -533,35 +533,32 @@ def candidate_plot(cand: Any) -> S.PlotData | None:
 # -------------------------------------------------------------------------------- leaderboard
 
 
-def _enrich(
-    group: str | None, props: Mapping[str, Any] | None, name: str, *, wait: bool = True
-) -> tuple[Any, Any]:
-    """Fill group/properties from the catalog for names storage has no candidate row for.
+def _enrich(row: Mapping[str, Any], *, wait: bool = True) -> tuple[Any, Any]:
+    """A board row's group and properties (``storage.leaderboard.row_group``, as the CLI files
+    them), catalog analyses through ``ENRICHER``.
 
     ``wait=False`` takes only what ``ENRICHER`` has analysed and queues the rest.
     """
-    if group and props:
-        return group, props
-    if name in BASELINES:
-        return group or "baseline", props or {}
+    from normfree.storage.leaderboard import row_group
+
     if wait:
-        info = ENRICHER.get(name)
-    else:
+        return row_group(row, ENRICHER.get)
+
+    def known(name: str) -> Any:
         info = ENRICHER.peek(name)
         if info is MISSING:
             ENRICHER.want([name])
-            info = None
-    if info is None:
-        return group, props or {}
-    return group or info[0], props or info[1]
+            return None
+        return info
+
+    return row_group(row, known)
 
 
 def _catalog_info(name: str) -> tuple[str, dict[str, Any]] | None:
     """(group, properties) of a catalog name or transform call (50-200 ms of sympy)."""
-    cand = _resolve_cached(name)
-    if cand is None:
-        return None
-    return cand.group, candidate_dict(cand).get("properties") or {}
+    from normfree.search_space import catalog
+
+    return catalog.describe(name)
 
 
 ENRICHER = Enricher(_catalog_info)
@@ -588,9 +585,7 @@ def leaderboard(
     best_rank = rows[0]["rank"] if rows else None
     for r in rows:
         # a filter must see every row's group and properties; a plain board shows what is known
-        grp, props = _enrich(
-            r.get("group"), r.get("properties"), r["candidate"], wait=bool(group or properties)
-        )
+        grp, props = _enrich(r, wait=bool(group or properties))
         if group and grp != group:
             continue
         if properties and not matches_properties(props, properties):

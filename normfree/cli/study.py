@@ -706,7 +706,12 @@ def leaderboard(
     """Arms ranked over seeds: mean ± CI, n, diverged, ≈best flag, paired diff vs LayerNorm,
     and, beside the ranking, how far it predicts published results (its fidelity)."""
     store = _store(_settings(database_url))
-    rows = _board(store, proxy, study_id=study_id, group=group, metric=metric)
+    rows = _board(store, proxy, study_id=study_id, metric=metric)
+    if group is not None:  # stored candidates and catalog functions alike, as the API files them
+        from normfree.search_space import catalog
+        from normfree.storage.leaderboard import in_group
+
+        rows = in_group(rows, group, catalog.describe)
     fidelity = _fidelity_summary(store, proxy, study_id)
 
     def human(result: dict[str, Any]) -> None:

@@ -10,9 +10,10 @@ across the catalog, the baselines and the transforms.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from normfree.search_space._parser import FUNCTIONS, Token, parse_expr_text, tokenize
 from normfree.search_space.candidate import Candidate, Lineage, build_candidate
@@ -281,6 +282,27 @@ def resolve(text: str) -> Candidate:
     return cand
 
 
+@functools.lru_cache(maxsize=4096)
+def describe(text: str) -> tuple[str, dict[str, Any]] | None:
+    """(group, JSON-safe properties) of a catalog name or transform call; None if unknown.
+
+    Leaderboards ask this for arms that have no stored candidate row (catalog functions and
+    transform calls are not stored), so the CLI and the API file them in the same group.
+    50-200 ms of sympy the first time per name.
+    """
+    from normfree.jsonsafe import finite
+
+    try:
+        cand = resolve(text)
+    except (ExpressionError, KeyError, ValueError):
+        return None
+    try:
+        props = cand.properties.model_dump(mode="json")
+    except Exception:  # a property computation that fails must not hide the arm's group
+        props = {}
+    return cand.group, finite(props, "text")  # as the candidate pages show them
+
+
 __all__ = [
     "BASELINES",
     "ENTRIES",
@@ -290,6 +312,7 @@ __all__ = [
     "all",
     "baseline",
     "baselines",
+    "describe",
     "get",
     "is_baseline",
     "names",

@@ -19,7 +19,7 @@ rebuilt after one trial finished recomputes only the arms whose values changed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -54,6 +54,38 @@ class Arm:
     n_pruned: int
     by_seed: dict[int, float] = field(default_factory=dict)
     study_ids: list[int] = field(default_factory=list)
+
+
+# (group, properties) of a function that storage has no candidate row for: catalog functions and
+# transform calls (``search_space.catalog.describe``); None when it is not a catalog function.
+Describe = Callable[[str], tuple[str, Mapping[str, Any]] | None]
+
+
+def row_group(row: Mapping[str, Any], describe: Describe | None) -> tuple[Any, Mapping[str, Any]]:
+    """A board row's group and properties: its stored candidate's, else the catalog's.
+
+    Catalog functions are not stored as candidates, so a board that filtered on stored rows
+    alone would drop them from their own group; the CLI and the API both file rows here.
+    """
+    group, props = row.get("group"), row.get("properties") or {}
+    if (group and props) or group == BASELINE_GROUP or describe is None:
+        return group, props
+    info = describe(row["candidate"])
+    if info is None:
+        return group, props
+    return group or info[0], props or info[1]
+
+
+def in_group(
+    rows: Iterable[Mapping[str, Any]], group: str, describe: Describe | None
+) -> list[dict[str, Any]]:
+    """The rows whose group (stored, else from the catalog) is ``group``, ranks kept."""
+    out = []
+    for r in rows:
+        grp, props = row_group(r, describe)
+        if grp == group:
+            out.append({**r, "group": grp, "properties": props})
+    return out
 
 
 def props_match(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:

@@ -236,7 +236,7 @@ def _train_and_write(
 ) -> JobOutcome:
     import torch
 
-    from normfree.workers.trainer import train_trial
+    from normfree.workers.trainer import select_device, train_trial
 
     repo = store.repo
     torch.set_num_threads(max(1, job.threads))
@@ -274,7 +274,9 @@ def _train_and_write(
         return False
 
     try:
-        result = train_trial(config, report)
+        result = train_trial(
+            config, report, threads=job.threads, device=select_device(get_settings())
+        )
     finally:
         done.set()
     reason = stop[0] if stop else None

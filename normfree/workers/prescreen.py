@@ -75,7 +75,7 @@ def prescreen(norm: NormSpec | str, proxy: str = DEFAULT_PROXY, seed: int = 0) -
     batch = int(p.extra.get("prescreen_batch", BATCH))
     bf16 = p.precision == "bf16"
     out: dict[str, Any] = {"proxy": proxy, "norm": res.norm.model_dump(), "seed": seed}
-    with trial_context(seed, get_settings().trial_threads):
+    with trial_context(seed, get_settings().trial_threads):  # on CPU: a prescreen is seconds
         try:
             model = build_model(res)
             task = TASKS[p.task](res)

@@ -1,7 +1,8 @@
 """``train_trial(TrialConfig) -> TrialResult``: one proxy, one norm, one seed.
 
-Pure: no database, no Ray, no process-global state left behind (the torch RNG is forked and the
-thread count restored), deterministic for a seed at a fixed thread count. A divergence (NaN/inf
+Pure: no database, no Ray, no settings, no process-global state left behind (the torch RNG is
+forked on every device it seeds and the thread count restored), deterministic for a seed at a
+fixed thread count; where it runs (threads, device) is an argument. A divergence (NaN/inf
 loss, or loss above ``divergence_factor`` x the first step's loss) ends the trial with status
 ``diverged`` and the step; it is a result, never an exception. An invalid config (unknown proxy,
 override or dataset) raises ``ValueError`` before any work; an unexpected error while training
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normfree.settings import Settings, get_settings
+from normfree.settings import Settings
 from normfree.specs import (
     BASELINES,
     NORM_ALIASES,
@@ -262,10 +263,16 @@ def lr_at(step: int, total: int, warmup: int, base: float, schedule: str) -> flo
 
 
 @contextmanager
-def trial_context(seed: int, threads: int) -> Iterator[None]:
-    """Seed torch locally (forked RNG) and set the thread count, restoring both afterwards."""
+def trial_context(seed: int, threads: int, device: str | torch.device = "cpu") -> Iterator[None]:
+    """Seed torch locally (forked RNG) and set the thread count, restoring both afterwards.
+
+    ``torch.manual_seed`` seeds every CUDA device as well, so on a GPU their generators are
+    forked too: a trial leaves no RNG state behind on any device it can touch.
+    """
     prev = torch.get_num_threads()
-    with torch.random.fork_rng(devices=[]):
+    on_cuda = torch.device(device).type == "cuda"
+    cuda_devices = list(range(torch.cuda.device_count())) if on_cuda else []
+    with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
         torch.set_num_threads(max(1, threads))
         try:
@@ -485,15 +492,24 @@ def no_learning(p: Preset, metrics: dict[str, float], first: float, task: object
 
 # -------------------------------------------------------------------------------- trainer
 def train_trial(
-    config: TrialConfig, report: Callable[[EpochRecord], bool | None] | None = None
+    config: TrialConfig,
+    report: Callable[[EpochRecord], bool | None] | None = None,
+    *,
+    threads: int = 1,
+    device: str | torch.device = "cpu",
 ) -> TrialResult:
-    """Train ``config.proxy`` with ``config.norm`` in every slot; see the module docstring."""
+    """Train ``config.proxy`` with ``config.norm`` in every slot; see the module docstring.
+
+    ``threads`` and ``device`` are where it runs, not what it computes; the caller decides them
+    (a Ray task from its settings, see :func:`select_device`), so this function reads no
+    settings and two calls with the same arguments do the same work.
+    """
     t_start = time.perf_counter()
     res = resolve(config)  # ValueError for invalid configs, before any work
     p = res.preset
-    settings = get_settings()
-    threads = settings.trial_threads
-    device = select_device(settings)  # ValueError before any work, like an invalid config
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device is 'cuda' but no CUDA device is visible to this worker")
     curves: list[EpochRecord] = []
     diags: list[LayerDiagnostic] = []
     status, diverged_at, error = "complete", None, None
@@ -503,7 +519,7 @@ def train_trial(
     metrics: dict[str, float] = {}
     eval_train_loss = None
     train_time = 0.0
-    with trial_context(config.seed, threads):
+    with trial_context(config.seed, threads, device):
         try:
             model = build_model(res).to(device)
             task = TASKS[p.task](res)

@@ -44,7 +44,8 @@ from normfree.specs import (
 from normfree.workers import diagnostics
 from normfree.workers.data import Dataset, get_dataset
 from normfree.workers.proxies import PROXIES, Preset, get_preset
-from normfree.workers.proxies.dit import Diffusion, resolve_zero_init_final
+from normfree.workers.proxies.configs import resolve_zero_init_final
+from normfree.workers.proxies.dit import Diffusion
 
 CHECK_EVERY = 8  # steps between divergence checks (one host sync each)
 EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not the trial seed

@@ -13,12 +13,39 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from torch import nn
+from normfree.workers.proxies.configs import DiTConfig, ViTConfig
 
-from normfree.workers.proxies.dit import DiT, DiTConfig
-from normfree.workers.proxies.vit import ViT, ViTConfig
+if TYPE_CHECKING:
+    from torch import nn
+
+def build_vit(config: ViTConfig, norm_layer: Callable[[int], nn.Module]) -> nn.Module:
+    """A ViT preset's model (torch is imported here, not with the registry)."""
+    from normfree.workers.proxies.vit import ViT
+
+    return ViT(config, norm_layer)
+
+
+def build_dit(config: DiTConfig, norm_layer: Callable[[int], nn.Module]) -> nn.Module:
+    """A DiT preset's model (torch is imported here, not with the registry)."""
+    from normfree.workers.proxies.dit import DiT
+
+    return DiT(config, norm_layer)
+
+
+def __getattr__(name: str) -> Any:
+    """``ViT`` and ``DiT`` on first use: importing the registry must not import torch."""
+    if name == "ViT":
+        from normfree.workers.proxies.vit import ViT
+
+        return ViT
+    if name == "DiT":
+        from normfree.workers.proxies.dit import DiT
+
+        return DiT
+    raise AttributeError(name)
+
 
 Task = Literal["classify", "diffusion"]
 
@@ -112,7 +139,7 @@ def register(preset: Preset) -> Preset:
 VIT_DIGITS = Preset(
     name="vit-digits",
     task="classify",
-    build=ViT,
+    build=build_vit,
     # Gain-matched init (see ViTConfig.init_fan_in_ref): with plain 0.02 on 2x2 patches the
     # stream starts at std ~0.04 and every pointwise norm sits in its linear regime
     # (measured: erf 81% vs 94% with matching, LayerNorm 96% either way).
@@ -258,7 +285,7 @@ DIT_DIGITS = register(
     Preset(
         name="dit-digits",
         task="diffusion",
-        build=DiT,
+        build=build_dit,
         config=DiTConfig(),
         dataset="digits",
         epochs=60,

@@ -14,9 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from normfree.search_space import baselines
+
 Scalar = bool | int | float | str
 
-BASELINES = ("layernorm", "rmsnorm", "identity")
+BASELINES = baselines.NAMES  # layernorm, rmsnorm, identity: defined with their citations there
 
 # The papers' names for operator configurations, not only functions (one map, read by the
 # trainer's norm resolution and by reference cells): Derf = erf(alpha x + s), DyT = tanh(alpha x).

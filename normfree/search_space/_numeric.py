@@ -9,13 +9,13 @@ memoises on the sympy node). It only ever sees expressions built by our parser o
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
-import scipy.special
 import sympy
-import torch
 
 from normfree.search_space._parser import U
 
@@ -73,6 +73,19 @@ def node_count(expr: sympy.Basic) -> int:
     return sum(1 for _ in sympy.preorder_traversal(expr))
 
 
+def _scipy_special(name: str) -> Callable[[Any], Any]:
+    """scipy.special's ``name``, imported on first call: the import costs a CLI command 0.3-0.5 s
+    and most formulas have no erf."""
+
+    def call(x: Any) -> Any:
+        import scipy.special
+
+        return getattr(scipy.special, name)(x)
+
+    call.__name__ = name
+    return call
+
+
 class _Backend:
     """Array operations for one library; the walker only calls these."""
 
@@ -84,8 +97,8 @@ class _Backend:
                 sympy.sign: np.sign,
                 sympy.exp: np.exp,
                 sympy.log: np.log,
-                sympy.erf: scipy.special.erf,
-                sympy.erfc: scipy.special.erfc,
+                sympy.erf: _scipy_special("erf"),
+                sympy.erfc: _scipy_special("erfc"),
                 sympy.tanh: np.tanh,
                 sympy.atan: np.arctan,
                 sympy.asinh: np.arcsinh,
@@ -99,6 +112,8 @@ class _Backend:
             self.logical_and, self.logical_or = np.logical_and, np.logical_or
             self.logical_not = np.logical_not
         else:
+            import torch
+
             self.funcs = {
                 sympy.Abs: torch.abs,
                 sympy.sign: torch.sign,
@@ -120,18 +135,27 @@ class _Backend:
             self.logical_not = torch.logical_not
 
 
-_BACKENDS = {"numpy": _Backend("numpy"), "torch": _Backend("torch")}
+@cache
+def _backend(lib: str) -> _Backend:
+    """One backend per library, built on first use (torch is imported only for tensors)."""
+    return _Backend(lib)
+
+
+def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor, without importing torch (a tensor means it is loaded)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _full_like(x: Any, value: float) -> Any:
-    if isinstance(x, torch.Tensor):
-        return torch.full_like(x, value)
+    if is_tensor(x):
+        return sys.modules["torch"].full_like(x, value)
     return np.full_like(x, value)
 
 
 def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
     """Evaluate ``expr`` elementwise at ``x`` (a numpy array or a torch tensor), same dtype."""
-    backend = _BACKENDS["torch" if isinstance(x, torch.Tensor) else "numpy"]
+    backend = _backend("torch" if is_tensor(x) else "numpy")
     memo: dict[sympy.Basic, Any] = {}
 
     def as_array(v: Any) -> Any:

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from normfree.search_space._parser import FUNCTIONS, Token, parse_expr_text, tokenize
+from normfree.search_space.baselines import BASELINES, Baseline
 from normfree.search_space.candidate import Candidate, Lineage, build_candidate
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.transforms import TRANSFORMS, apply
@@ -71,41 +72,6 @@ ENTRIES: tuple[Entry, ...] = (
 
 SEARCH16: tuple[str, ...] = tuple(e.name for e in ENTRIES[:16])
 
-
-@dataclass(frozen=True)
-class Baseline:
-    """A reference entry that is not a pointwise formula (the kernels layer builds the module)."""
-
-    name: str
-    group: str
-    citation: str
-    description: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "name": self.name,
-            "group": self.group,
-            "citation": self.citation,
-            "description": self.description,
-            "kind": "baseline",
-        }
-
-
-BASELINES: tuple[Baseline, ...] = (
-    Baseline(
-        "layernorm",
-        "baseline",
-        "Ba, Kiros, Hinton: Layer Normalization (2016)",
-        "per-token mean/variance normalisation with affine gamma, beta",
-    ),
-    Baseline(
-        "rmsnorm",
-        "baseline",
-        "Zhang, Sennrich: Root Mean Square Layer Normalization (2019)",
-        "per-token RMS normalisation with gain",
-    ),
-    Baseline("identity", "baseline", "-", "no normalisation at all"),
-)
 
 _BY_NAME = {e.name: e for e in ENTRIES}
 _BASELINES = {b.name: b for b in BASELINES}

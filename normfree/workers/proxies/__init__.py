@@ -20,6 +20,7 @@ from normfree.workers.proxies.configs import DiTConfig, ViTConfig
 if TYPE_CHECKING:
     from torch import nn
 
+
 def build_vit(config: ViTConfig, norm_layer: Callable[[int], nn.Module]) -> nn.Module:
     """A ViT preset's model (torch is imported here, not with the registry)."""
     from normfree.workers.proxies.vit import ViT

@@ -27,6 +27,8 @@ from normfree.workers.proxies.configs import DiTConfig
 from normfree.workers.proxies.vit import Attention, Mlp
 
 NormLayer = Callable[[int], nn.Module]
+
+
 def sincos_2d(dim: int, rows: int, cols: int) -> torch.Tensor:
     """Fixed 2-D sine-cosine positions (rows*cols, dim), as DiT uses: half of the channels
     encode the row, half the column, each as sin and cos at dim/4 geometric frequencies."""

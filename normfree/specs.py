@@ -31,6 +31,16 @@ NORM_ALIASES: dict[str, dict[str, Any]] = {
 }
 
 
+def expand_alias(name: str, shift: str = "none", formula: str | None = None) -> tuple[str, str]:
+    """(function name, shift) behind a paper alias; other names unchanged. The alias's shift
+    applies unless one was set (``derf`` is erf with a scalar shift, ``derf`` + per-channel is
+    erf per-channel). A formula is never an alias, whatever its name."""
+    alias = NORM_ALIASES.get(name.lower()) if formula is None else None
+    if alias is None:
+        return name, shift
+    return alias["name"], alias.get("shift", shift) if shift == "none" else shift
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -73,6 +83,14 @@ class NormSpec(_Frozen):
     @property
     def is_baseline(self) -> bool:
         return self.name in BASELINES and self.formula is None
+
+
+def resolve_alias(spec: NormSpec) -> NormSpec:
+    """The NormSpec with a paper alias replaced by its operator (see :func:`expand_alias`)."""
+    name, shift = expand_alias(spec.name, spec.shift, spec.formula)
+    if name == spec.name:
+        return spec
+    return spec.model_copy(update={"name": name, "shift": shift})
 
 
 class TrialConfig(_Frozen):

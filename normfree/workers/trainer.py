@@ -34,12 +34,12 @@ from torch import nn
 from normfree.settings import Settings
 from normfree.specs import (
     BASELINES,
-    NORM_ALIASES,
     EpochRecord,
     LayerDiagnostic,
     NormSpec,
     TrialConfig,
     TrialResult,
+    resolve_alias,
 )
 from normfree.workers import diagnostics
 from normfree.workers.data import Dataset, get_dataset
@@ -53,17 +53,6 @@ EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not
 # backward after every epoch; at 256 it cost dit-digits 0.38 s per 1.6 s epoch (23 s of a trial),
 # and 64 examples (1,024 token rows per slot on the DiT) already pin the statistics down.
 DIAG_BATCH = 64
-
-
-def resolve_alias(spec: NormSpec) -> NormSpec:
-    """Map an alias to its operator; the alias's shift applies unless the spec sets one."""
-    alias = NORM_ALIASES.get(spec.name.lower()) if spec.formula is None else None
-    if alias is None:
-        return spec
-    update = {"name": alias["name"]}
-    if "shift" in alias and spec.shift == "none":
-        update["shift"] = alias["shift"]
-    return spec.model_copy(update=update)
 
 
 def parse_norm(text: str, **fields: Any) -> NormSpec:
@@ -81,19 +70,8 @@ def norm_factory(
     ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param)."""
     spec = resolve_alias(spec)
     affine = affine and spec.affine
-    try:
-        from normfree.kernels import create_norm
-    except ImportError:
-        create_norm = None
-    if create_norm is None:
-        # Until the kernels layer exists: baselines only.
-        if spec.name == "layernorm":
-            return lambda d: nn.LayerNorm(d, elementwise_affine=affine)
-        if spec.name == "rmsnorm":
-            return lambda d: nn.RMSNorm(d, elementwise_affine=affine)
-        if spec.name == "identity":
-            return lambda d: nn.Identity()
-        raise ValueError(f"norm {spec.name!r} needs normfree.kernels.create_norm")
+    from normfree.kernels import create_norm
+
     target = spec.model_copy(update={"affine": affine})
     resolved: list[Any] = []  # the candidate, resolved once (parsing is symbolic work)
 
@@ -643,7 +621,6 @@ def train_trial(
 
 __all__ = [
     "BASELINES",
-    "NORM_ALIASES",
     "PROXIES",
     "build_model",
     "norm_factory",

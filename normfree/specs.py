@@ -10,13 +10,35 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from normfree.search_space import baselines
 
 Scalar = bool | int | float | str
+
+# ------------------------------------------------------------------------ statuses (one home)
+# A study's status; ``workers.lifecycle`` holds the transitions people ask for.
+StudyStatus = Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
+STUDY_STATUSES: tuple[StudyStatus, ...] = get_args(StudyStatus)
+# A trial row's status in storage (upper case: a TrialResult's own status is lower case).
+TrialRowStatus = Literal[
+    "WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED"
+]  # fmt: skip
+TRIAL_STATUSES: tuple[TrialRowStatus, ...] = get_args(TrialRowStatus)
+# Nothing writes to such a row again (and Optuna must have been told of it).
+TERMINAL_TRIAL_STATUSES: tuple[TrialRowStatus, ...] = (
+    "COMPLETE",
+    "DIVERGED",
+    "PRUNED",
+    "FAILED",
+    "CANCELLED",
+)
+# A run ended it (an outcome a board counts); CANCELLED rows never ran.
+RUN_OUTCOME_STATUSES: tuple[TrialRowStatus, ...] = ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
+# Trained to its last epoch or to its failure to train: what fidelity compares with the papers.
+TRAINED_STATUSES: tuple[TrialRowStatus, ...] = ("COMPLETE", "DIVERGED")
 
 BASELINES = baselines.NAMES  # layernorm, rmsnorm, identity: defined with their citations there
 

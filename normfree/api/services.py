@@ -24,13 +24,13 @@ from normfree.api.cache import ResponseCache
 from normfree.api.enrich import MISSING, Enricher
 from normfree.api.errors import ApiError, not_found
 from normfree.settings import Settings
-from normfree.specs import BASELINES, StudySpec
+from normfree.specs import BASELINES, TERMINAL_TRIAL_STATUSES, StudySpec
 from normfree.workers.lifecycle import StudyRunner
 
 log = logging.getLogger(__name__)
 
 # Trial statuses that count as finished (CANCELLED: a waiting trial of a cancelled study).
-FINISHED = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
+FINISHED = TERMINAL_TRIAL_STATUSES
 # Grid of f/f' plots: wide enough to show saturation of every catalog function.
 PLOT_RANGE = (-5.0, 5.0, 201)
 # Submissions run the prescreen on this proxy (the tiny one: a prescreen must stay seconds).

@@ -143,8 +143,10 @@ def _backend(lib: str) -> _Backend:
 
 def is_tensor(x: Any) -> bool:
     """Whether ``x`` is a torch tensor, without importing torch (a tensor means it is loaded)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    # getattr: another thread may be importing torch right now (the module is in sys.modules
+    # before ``Tensor`` is defined); no tensor can exist before the class does.
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    return tensor is not None and isinstance(x, tensor)
 
 
 def _full_like(x: Any, value: float) -> Any:

@@ -43,11 +43,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-STUDY_STATUSES = ("pending", "running", "paused", "cancelled", "complete", "failed")
-TRIAL_STATUSES = ("WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
-# Trial states that end a trial: nothing writes to such a row again.
-TERMINAL_TRIAL_STATUSES = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
-
 
 def utcnow() -> datetime:
     """Timezone-aware now in UTC: the only clock storage uses."""

@@ -29,13 +29,18 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import selectinload
 
-from normfree.specs import EpochRecord, StudySpec, TrialConfig, TrialResult
+from normfree.specs import (
+    STUDY_STATUSES,
+    TRIAL_STATUSES,
+    EpochRecord,
+    StudySpec,
+    TrialConfig,
+    TrialResult,
+)
 from normfree.storage import aggregates, stats
 from normfree.storage import leaderboard as boards
 from normfree.storage.db import Database
 from normfree.storage.models import (
-    STUDY_STATUSES,
-    TRIAL_STATUSES,
     ApiTokenRow,
     CandidateRow,
     StudyRow,

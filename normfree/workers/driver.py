@@ -35,7 +35,7 @@ from typing import Any
 import optuna
 
 from normfree.settings import Settings, get_settings
-from normfree.specs import StudySpec
+from normfree.specs import TERMINAL_TRIAL_STATUSES, StudySpec
 from normfree.storage import LeasedTrial
 from normfree.workers import scheduling as sch
 from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
@@ -45,7 +45,7 @@ __all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 # Row states after which nothing runs again (and Optuna must have been told).
-_TERMINAL = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
+_TERMINAL = TERMINAL_TRIAL_STATUSES
 
 
 def optuna_study_name(study_id: int) -> str:

@@ -572,6 +572,8 @@ def leaderboard(
     properties: list[str] | None = None,
     study_id: int | None = None,
 ) -> S.LeaderboardPublic:
+    from normfree.storage.leaderboard import arm_text, row_options
+
     rows = clean(state.repo.leaderboard(proxy, study_id=study_id))
     if not rows and not _known_proxy(proxy):
         from normfree.workers.proxies import PROXIES
@@ -590,13 +592,7 @@ def leaderboard(
             continue
         if properties and not matches_properties(props, properties):
             continue
-        label = r["candidate"]
-        extra = {k: v for k, v in (r.get("overrides") or {}).items()}
-        shift = (r.get("norm") or {}).get("shift")
-        if shift and shift != "none":
-            extra["shift"] = shift
-        if extra:
-            label += " [" + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())) + "]"
+        label = arm_text(r["candidate"], options=row_options(r))
         out.append(
             S.LeaderboardRow(
                 rank=r["rank"],
@@ -837,6 +833,7 @@ def _cells(
 ) -> tuple[list[S.StudyCell], str | None, str]:
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
     from normfree.storage import stats
+    from normfree.storage.leaderboard import arm_text
 
     transform = spec.get("transform")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -856,11 +853,7 @@ def _cells(
         value = ax.pop(transform, None) if transform else None
         vals = [t["value"] for t in ts if t["status"] == "COMPLETE" and t.get("value") is not None]
         summ = stats.summarize(vals)
-        label = function
-        if value is not None:
-            label += f" @ {value}"
-        if ax:
-            label += " [" + ", ".join(f"{k}={v}" for k, v in sorted(ax.items())) + "]"
+        label = arm_text(function, value, ax)
         cells.append(
             S.StudyCell(
                 function=function,

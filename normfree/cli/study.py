@@ -646,14 +646,10 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 
 def _arm_label(r: dict[str, Any]) -> str:
-    # The candidate's name already spells a transform's value (shift_h(erf, 0.5)): skip it.
-    axes = {
-        k: v
-        for k, v in (r.get("axis_values") or {}).items()
-        if k not in ("seed", "function", "baseline") and f"{k}(" not in r["candidate"]
-    }
-    extra = " ".join(f"{k}={v}" for k, v in axes.items())
-    return f"{r['candidate']} {extra}".strip()
+    """The arm as the API's leaderboard spells it (``storage.leaderboard.arm_text``)."""
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    return arm_text(r["candidate"], options=row_options(r))
 
 
 def _print_leaderboard(rows: list[dict[str, Any]]) -> None:

@@ -56,6 +56,33 @@ class Arm:
     study_ids: list[int] = field(default_factory=list)
 
 
+def arm_text(function: str, value: Any = None, options: Mapping[str, Any] | None = None) -> str:
+    """How an arm reads everywhere (leaderboards in the API and the CLI, a study's cells):
+    ``erf``, ``shift_h(erf, 0.5)``, ``erf @ 0.5`` (a property study's transform value) and
+    ``erf [alpha0=1, shift=scalar]`` (options that change the arm, sorted)."""
+    label = function
+    if value is not None:
+        label += f" @ {value}"
+    if options:
+        label += " [" + ", ".join(f"{k}={v}" for k, v in sorted(options.items())) + "]"
+    return label
+
+
+# NormSpec's defaults: an option at its default does not distinguish an arm.
+_NORM_DEFAULTS = {"shift": "none", "affine": True, "alpha0": 0.5, "learn_alpha": True}
+
+
+def row_options(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A board row's options worth showing: its overrides and the norm options away from their
+    defaults (two arms of an options study over alpha0 must not read alike)."""
+    extra = dict(row.get("overrides") or {})
+    norm = row.get("norm") or {}
+    for key, default in _NORM_DEFAULTS.items():
+        if key in norm and norm[key] != default:
+            extra[key] = norm[key]
+    return extra
+
+
 # (group, properties) of a function that storage has no candidate row for: catalog functions and
 # transform calls (``search_space.catalog.describe``); None when it is not a catalog function.
 Describe = Callable[[str], tuple[str, Mapping[str, Any]] | None]

@@ -647,3 +647,15 @@ def test_non_finite_values_are_stored_as_null(repo: Repository) -> None:
         {"val_acc": None},
     )
     assert (t["diagnostics"][0]["alpha"], t["diagnostics"][0]["input_std"]) == (None, None)
+
+
+def test_arm_text_tells_option_arms_apart() -> None:
+    """One spelling of an arm for the API and the CLI; options away from defaults show."""
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    row = {"candidate": "erf", "norm": {"name": "erf", "shift": "scalar", "alpha0": 1.0}}
+    assert arm_text("erf", options=row_options(row)) == "erf [alpha0=1.0, shift=scalar]"
+    plain = {"candidate": "erf", "norm": {"name": "erf", "alpha0": 0.5}, "overrides": {}}
+    assert arm_text("erf", options=row_options(plain)) == "erf"
+    assert arm_text("erf", -0.5) == "erf @ -0.5"
+    assert arm_text("ln", options={"depth": 8}) == "ln [depth=8]"

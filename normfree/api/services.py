@@ -10,7 +10,6 @@ anything the client must fix.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import defaultdict
@@ -23,6 +22,7 @@ from normfree.api import schemas as S
 from normfree.api.cache import ResponseCache
 from normfree.api.enrich import MISSING, Enricher
 from normfree.api.errors import ApiError, not_found
+from normfree.jsonsafe import finite, plain
 from normfree.settings import Settings
 from normfree.specs import BASELINES, TERMINAL_TRIAL_STATUSES, StudySpec
 from normfree.workers.lifecycle import StudyRunner
@@ -238,7 +238,7 @@ def candidate_dict(c: Any) -> dict[str, Any]:
     except Exception:
         log.warning("properties of %s could not be computed", c.name, exc_info=True)
         d = c.to_dict(with_properties=False)
-    d["properties"] = _finite_json(d.get("properties") or {})
+    d["properties"] = finite(d.get("properties") or {}, "text")
     return d
 
 
@@ -348,14 +348,14 @@ def _run_prescreen(candidate: Any) -> S.PrescreenPublic:
                 error=f"{type(exc).__name__}: {exc}"[:500],
                 seconds=time.perf_counter() - t0,
             )
-    data = _plain(result)
+    data = plain(result)
     if not isinstance(data, dict):
         data = {"value": data}
     ok = bool(data.get("ok", data.get("survived", data.get("trainable", True))))
     return S.PrescreenPublic(
         ok=ok,
         proxy=str(data.get("proxy") or PRESCREEN_PROXY),
-        result=_finite_json(data),
+        result=finite(data, "text"),  # a prescreen's NaN is its finding: keep it as text
         seconds=time.perf_counter() - t0,
     )
 
@@ -366,41 +366,6 @@ def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
     return prescreen(
         NormSpec(name=candidate.name, formula=candidate.formula), proxy=PRESCREEN_PROXY, seed=0
     )
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    if hasattr(obj, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(obj)
-    return obj
-
-
-def _finite_json(obj: Any) -> Any:
-    """NaN and inf are not JSON: report them as text (prescreen results, where they mean much)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, Mapping):
-        return {str(k): _finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite_json(v) for v in obj]
-    return obj
-
-
-def clean(obj: Any) -> Any:
-    """Non-finite floats to None, recursively: a diverged trial's NaN loss must not make the
-    JSON encoder fail (a 500) on an otherwise valid answer."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Mapping):
-        return {k: clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [clean(v) for v in obj]
-    return obj
 
 
 def find_duplicate(repo: Any, candidate: Any) -> str | None:
@@ -526,8 +491,7 @@ def candidate_plot(cand: Any) -> S.PlotData | None:
 
     lo, hi, n = PLOT_RANGE
     d = plot_data(cand, lo, hi, n)
-    clean = {k: [v if math.isfinite(v) else None for v in d[k]] for k in ("u", "f", "df")}
-    return S.PlotData(**clean)  # type: ignore[arg-type]
+    return S.PlotData(**{k: finite(list(d[k])) for k in ("u", "f", "df")})  # type: ignore[arg-type]
 
 
 # -------------------------------------------------------------------------------- leaderboard
@@ -574,7 +538,7 @@ def leaderboard(
 ) -> S.LeaderboardPublic:
     from normfree.storage.leaderboard import arm_text, row_options
 
-    rows = clean(state.repo.leaderboard(proxy, study_id=study_id))
+    rows = finite(state.repo.leaderboard(proxy, study_id=study_id))
     if not rows and not _known_proxy(proxy):
         from normfree.workers.proxies import PROXIES
 
@@ -890,7 +854,7 @@ def _generate_report(state: ServiceState, study_id: int) -> dict[str, Any]:
 
     url = optuna_storage_url(state.settings)
     store = SimpleNamespace(repo=state.repo, optuna_storage=lambda: _optuna_storage(url))
-    return clean(study_report(store, study_id))
+    return finite(study_report(store, study_id))
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
@@ -921,7 +885,7 @@ def _study_cells(
 
         fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
         with state.db.read() as conn:
-            trials = clean(reads.study_trial_rows(conn, row["id"], fields))
+            trials = finite(reads.study_trial_rows(conn, row["id"], fields))
         cells, objective, direction = _cells(trials, row["spec"])
         if objective is None:
             try:
@@ -947,7 +911,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         from normfree.storage import reads
 
         with state.db.read() as conn:
-            rows = clean(reads.study_trial_rows(conn, study_id))
+            rows = finite(reads.study_trial_rows(conn, study_id))
         listed = [_trial_summary(t) for t in rows]
     return S.StudyDetail(
         **pub.model_dump(),
@@ -992,7 +956,7 @@ def list_study_trials(
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
     with state.db.read() as conn:
         rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
-    items = [_trial_summary(t) for t in clean(rows)]
+    items = [_trial_summary(t) for t in finite(rows)]
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
@@ -1025,7 +989,7 @@ def get_trial(state: ServiceState, trial_id: int) -> S.TrialPublic:
     t = state.repo.get_trial(trial_id)
     if t is None:
         raise not_found("trial", trial_id)
-    t = clean(t)
+    t = finite(t)
     return S.TrialPublic(
         **{k: v for k, v in t.items() if k in S.TrialPublic.model_fields and k != "curves"},
         objective_value=t.get("value"),

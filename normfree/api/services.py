@@ -25,6 +25,7 @@ from normfree.api.errors import ApiError, not_found
 from normfree.jsonsafe import finite, plain
 from normfree.settings import Settings
 from normfree.specs import BASELINES, TERMINAL_TRIAL_STATUSES, StudySpec
+from normfree.storage import Repository, Storage
 from normfree.workers.lifecycle import StudyRunner
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,9 @@ _PRESCREEN_SLOTS = threading.BoundedSemaphore(1)
 
 def open_repository(settings: Settings, *, migrate: bool = True) -> Any:
     """A storage ``Repository`` over ``settings.database_url`` (schema upgraded by default)."""
-    from normfree.storage import Database, Repository
+    from normfree import storage
 
-    db = Database(settings.database_url)
-    if migrate:
-        db.migrate()
-    return Repository(db, max_attempts=settings.max_attempts)
+    return storage.open(settings, migrate=migrate, optuna=False).repo
 
 
 # --------------------------------------------------------------------------------------- tokens
@@ -75,10 +73,10 @@ def list_tokens(repo: Any) -> list[dict[str, Any]]:
 
 @dataclass
 class ServiceState:
-    """The API's handles: settings, database, repository, and the optional study runner."""
+    """The API's handles: settings, storage (its repository), and the optional study runner."""
 
     settings: Settings
-    repo: Any
+    store: Storage  # storage.open(settings): our database and, read lazily, Optuna's
     # In-process driver (embedded default) or, with ``NORMFREE_RAY_JOBS_ADDRESS``, a submitter of
     # Ray jobs (``normfree.workers.jobs.RayJobRunner``, same duck type) so that the API process
     # is never the driver of long studies on a cluster.
@@ -99,7 +97,9 @@ class ServiceState:
         run_studies: bool | None = None,
         prescreen: bool = True,
     ) -> ServiceState:
-        repo = open_repository(settings, migrate=migrate)
+        from normfree import storage
+
+        store = storage.open(settings, migrate=migrate, optuna=False)
         runner: Any = None
         if run_studies or run_studies is None:
             if settings.ray_jobs_address:
@@ -108,11 +108,15 @@ class ServiceState:
                 runner = RayJobRunner(settings)
             else:
                 runner = StudyRunner(settings)
-        return cls(settings=settings, repo=repo, runner=runner, prescreen=prescreen)
+        return cls(settings=settings, store=store, runner=runner, prescreen=prescreen)
+
+    @property
+    def repo(self) -> Repository:
+        return self.store.repo
 
     @property
     def db(self) -> Any:
-        return self.repo.db
+        return self.store.db
 
     def verify_token(self, token: str) -> str | None:
         """The token's name when it is active, else None (recorded as a submission's submitter).
@@ -126,7 +130,7 @@ class ServiceState:
     def close(self) -> None:
         if self.runner is not None:
             self.runner.close()
-        self.db.dispose()
+        self.store.close()
 
 
 # --------------------------------------------------------------------------------- properties
@@ -839,22 +843,11 @@ def _cells(
 
 
 @lru_cache(maxsize=4)
-def _optuna_storage(url: str) -> Any:
-    import optuna
-
-    return optuna.storages.RDBStorage(url)
-
-
 def _generate_report(state: ServiceState, study_id: int) -> dict[str, Any]:
     """A generate study's report (workers.generate.study_report), non-finite values cleaned."""
-    from types import SimpleNamespace
-
-    from normfree.storage import optuna_storage_url
     from normfree.workers.generate import study_report
 
-    url = optuna_storage_url(state.settings)
-    store = SimpleNamespace(repo=state.repo, optuna_storage=lambda: _optuna_storage(url))
-    return finite(study_report(store, study_id))
+    return finite(study_report(state.store, study_id))
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:

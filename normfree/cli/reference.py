@@ -26,12 +26,13 @@ db_option = click.option(
 
 
 def _database(database_url: str | None) -> Any:
+    from normfree import storage
     from normfree.settings import get_settings
-    from normfree.storage import Database
 
-    db = Database(database_url or get_settings().database_url)
-    db.migrate()
-    return db
+    settings = get_settings()
+    if database_url:
+        settings = settings.model_copy(update={"database_url": database_url})
+    return storage.open(settings, optuna=False).db
 
 
 def _references(database_url: str | None) -> Any:

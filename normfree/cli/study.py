@@ -33,13 +33,9 @@ def _settings(database_url: str | None) -> Any:
 
 
 def _store(settings: Any) -> Any:
-    from normfree.workers.execution import TrialStore
+    from normfree import storage
 
-    store = TrialStore(
-        settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
-    )
-    store.migrate()
-    return store
+    return storage.open(settings)
 
 
 def _board(store: Any, proxy: str, **kw: Any) -> list[dict[str, Any]]:

@@ -14,6 +14,10 @@ from normfree.storage.db import (
     normalize_url,
     optuna_storage_url,
 )
+from normfree.storage.handle import (
+    Storage,
+    open,
+)
 from normfree.storage.repository import LeasedTrial, Repository, arm_key, context_key
 
 __all__ = [
@@ -23,11 +27,13 @@ __all__ = [
     "Database",
     "LeasedTrial",
     "Repository",
+    "Storage",
     "arm_key",
     "context_key",
     "drop_database",
     "ensure_database",
     "normalize_url",
+    "open",
     "optuna_storage_url",
     "stats",
 ]

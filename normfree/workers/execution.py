@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from normfree.settings import Settings, get_settings
 from normfree.specs import EpochRecord, TrialConfig
+from normfree.storage.handle import Storage
 
 __all__ = ["JobOutcome", "RayExecutor", "TrialJob", "run_trial_job"]
 
@@ -91,54 +92,9 @@ class JobOutcome:
         return asdict(self)
 
 
-class TrialStore:
-    """The engine's handle on storage: the shared ``Repository`` plus Optuna's storage."""
-
-    def __init__(
-        self, database_url: str, optuna_url: str | None = None, *, max_attempts: int | None = None
-    ) -> None:
-        from types import SimpleNamespace
-
-        from normfree.storage import Database, Repository, optuna_storage_url
-
-        self.db = Database(database_url)
-        self.url = self.db.url
-        self.repo = Repository(self.db, max_attempts=max_attempts)
-        self.optuna_url = optuna_storage_url(
-            SimpleNamespace(database_url=self.url, optuna_storage_url=optuna_url)
-        )
-        self._optuna: Any = None
-
-    def migrate(self) -> None:
-        """Bring both schemas up (idempotent): ours through Alembic, Optuna's on first use."""
-        from normfree.storage import ensure_database
-
-        ensure_database(self.url)
-        self.db.migrate()
-        self.optuna_storage()
-
-    def optuna_storage(self) -> Any:
-        """Optuna's RDB storage (one engine per process), created on first use."""
-        if self._optuna is None:
-            import optuna
-
-            from normfree.storage import ensure_database
-
-            ensure_database(self.optuna_url)
-            kwargs: dict[str, Any] = {}
-            if self.optuna_url.startswith("sqlite"):
-                # Several processes report to it; wait for the lock instead of failing.
-                kwargs = {"connect_args": {"timeout": 30}}
-            else:
-                kwargs = {"pool_pre_ping": True}
-            self._optuna = optuna.storages.RDBStorage(self.optuna_url, engine_kwargs=kwargs)
-        return self._optuna
-
-    def study_status(self, study_id: int) -> str:
-        study = self.repo.get_study(study_id)
-        if study is None:
-            raise KeyError(f"no study {study_id}")
-        return str(study["status"])
+class TrialStore(Storage):
+    """The engine's handle on storage (``storage.Storage``) plus the lease operations a
+    running trial needs."""
 
     def trial_by_key(self, study_id: int, key: str) -> dict[str, Any] | None:
         return self.repo.get_trial_by_key(study_id, key)

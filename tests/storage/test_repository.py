@@ -659,3 +659,23 @@ def test_arm_text_tells_option_arms_apart() -> None:
     assert arm_text("erf", options=row_options(plain)) == "erf"
     assert arm_text("erf", -0.5) == "erf @ -0.5"
     assert arm_text("ln", options={"depth": 8}) == "ln [depth=8]"
+
+
+def test_storage_open_is_the_one_handle(tmp_path: object) -> None:
+    """storage.open(settings): ours migrated, Optuna's beside it on first use, one repository."""
+    from pathlib import Path
+
+    from normfree import storage
+    from normfree.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{Path(str(tmp_path)) / 'nf.db'}", max_attempts=5)
+    store = storage.open(settings, optuna=False)
+    try:
+        assert store.repo.max_attempts == 5
+        assert not (Path(str(tmp_path)) / "nf-optuna.db").exists()
+        sid = store.repo.create_study(StudySpec(kind="property", proxy=PROXY))
+        assert store.study_status(sid) == "pending"
+        store.optuna_storage()
+        assert (Path(str(tmp_path)) / "nf-optuna.db").exists()
+    finally:
+        store.close()

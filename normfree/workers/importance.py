@@ -33,6 +33,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from normfree.specs import BASELINES, RUN_OUTCOME_STATUSES
+from normfree.storage.protocols import TrialLedger
 
 __all__ = ["FEATURES", "GROWTH_ORDER", "features_of", "property_importance", "study_importance"]
 
@@ -197,7 +198,7 @@ def property_importance(
     return out
 
 
-def study_importance(repo: Any, study_id: int, **kw: Any) -> dict[str, Any]:
+def study_importance(repo: TrialLedger, study_id: int, **kw: Any) -> dict[str, Any]:
     """:func:`property_importance` over a stored study's trials.
 
     Properties come from the candidates table; catalog names and transforms without a row are

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from normfree.settings import Settings
-    from normfree.storage.protocols import StudyStore
+    from normfree.storage.protocols import RepositoryLike
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def allowed_from(action: str, *, restart: bool = False) -> frozenset[str]:
     return allowed
 
 
-def steer(repo: StudyStore, study_id: int, action: str, *, restart: bool = False) -> Transition:
+def steer(repo: RepositoryLike, study_id: int, action: str, *, restart: bool = False) -> Transition:
     """Apply ``action`` to the study; KeyError for no such study, TransitionError when it does
     not apply. Cancelling also drops the study's waiting trials (running ones stop at their next
     report, when they read the status)."""

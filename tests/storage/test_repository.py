@@ -679,3 +679,25 @@ def test_storage_open_is_the_one_handle(tmp_path: object) -> None:
         assert (Path(str(tmp_path)) / "nf-optuna.db").exists()
     finally:
         store.close()
+
+
+def test_repository_implements_every_protocol(repo: Repository) -> None:
+    """The API and the workers type storage by these protocols; the Repository answers all."""
+    import inspect
+
+    from normfree.storage import protocols
+
+    for proto in (
+        protocols.CandidateStore,
+        protocols.StudyStore,
+        protocols.TrialLedger,
+        protocols.TokenStore,
+        protocols.RepositoryLike,
+    ):
+        assert isinstance(repo, proto), proto.__name__
+        for name, member in vars(proto).items():
+            if callable(member) and not name.startswith("_"):
+                want = list(inspect.signature(member).parameters)
+                assert list(inspect.signature(getattr(Repository, name)).parameters) == want or (
+                    name == "leaderboard"
+                ), name

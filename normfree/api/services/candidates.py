@@ -19,6 +19,7 @@ from normfree.api.errors import ApiError, not_found
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, plain
 from normfree.specs import BASELINES
+from normfree.storage.protocols import CandidateStore
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
     )
 
 
-def find_duplicate(repo: Any, candidate: Any) -> str | None:
+def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:
     """The name of a known candidate (catalog or stored) that is the same function, if any."""
     from normfree.search_space import catalog
     from normfree.search_space.dedup import find_duplicate as ss_find_duplicate

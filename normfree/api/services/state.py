@@ -12,13 +12,14 @@ from typing import Any
 
 from normfree.api.cache import ResponseCache
 from normfree.settings import Settings
-from normfree.storage import Repository, Storage
+from normfree.storage import Storage
+from normfree.storage.protocols import RepositoryLike
 from normfree.workers.lifecycle import StudyRunner
 
 log = logging.getLogger(__name__)
 
 
-def open_repository(settings: Settings, *, migrate: bool = True) -> Any:
+def open_repository(settings: Settings, *, migrate: bool = True) -> RepositoryLike:
     """A storage ``Repository`` over ``settings.database_url`` (schema upgraded by default)."""
     from normfree import storage
 
@@ -68,7 +69,7 @@ class ServiceState:
         return cls(settings=settings, store=store, runner=runner, prescreen=prescreen)
 
     @property
-    def repo(self) -> Repository:
+    def repo(self) -> RepositoryLike:
         return self.store.repo
 
     @property

@@ -15,11 +15,14 @@ from normfree.api.services.candidates import _resolve_cached
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 from normfree.specs import BASELINES, StudySpec
+from normfree.storage.protocols import RepositoryLike
 
 log = logging.getLogger(__name__)
 
 
-def _progress(repo: Any, study_id: int, counts: Mapping[str, int] | None = None) -> S.StudyProgress:
+def _progress(
+    repo: RepositoryLike, study_id: int, counts: Mapping[str, int] | None = None
+) -> S.StudyProgress:
     """Counts per status (an index-only count over the study's rows)."""
     from normfree.storage import reads
 

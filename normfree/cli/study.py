@@ -160,7 +160,7 @@ def _create_and_maybe_run(
         )
         _print_leaderboard(r["leaderboard"])
         if "generate" in r:
-            from normfree.workers.generate import print_report
+            from normfree.cli._generate_report import print_report
 
             print_report(r["generate"])
 
@@ -493,7 +493,8 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     out = _run_driver(study_id, settings, as_json, parallel)
     out["leaderboard"] = _board(store, found["proxy"], study_id=study_id)
     if found["kind"] == "generate":
-        from normfree.workers.generate import print_report, study_report
+        from normfree.cli._generate_report import print_report
+        from normfree.workers.generate import study_report
 
         out["generate"] = study_report(store, study_id)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from normfree.api import schemas as S
@@ -238,7 +237,6 @@ def _cells(
     return cells, objective, direction
 
 
-@lru_cache(maxsize=4)
 def _generate_report(state: ServiceState, study_id: int) -> dict[str, Any]:
     """A generate study's report (workers.generate.study_report), non-finite values cleaned."""
     from normfree.workers.generate import study_report

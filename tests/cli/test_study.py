@@ -106,7 +106,7 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
 def test_demo_study_runs_end_to_end_and_prints_where_results_are(
     tmp_path: Path, _ray: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from normfree.cli.study import DEMO_STUDY, demo_study, print_demo_study
+    from normfree.cli.demo import DEMO_STUDY, demo_study, print_demo_study
 
     assert DEMO_STUDY["proxy"] == "vit-screen" and DEMO_STUDY["baselines"] == ["layernorm"]
     assert set(DEMO_STUDY["values"]) >= {-2.0, 2.0}  # the Derf paper's failing shifts

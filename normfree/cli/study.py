@@ -69,10 +69,7 @@ def _create_and_maybe_run(
             click.echo(f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials")
         out["run"] = run_driver(study_id, settings, as_json, parallel)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
-        if spec.kind == "generate":
-            from normfree.workers.generate import study_report
-
-            out["generate"] = study_report(store, study_id)
+        out.update(_kind_report(spec.kind, store, study_id))
 
     def human(r: dict[str, Any]) -> None:
         if detach:
@@ -400,6 +397,14 @@ def study_generate(
     _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
+def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:
+    """What the study's kind reports beyond its leaderboard, under the kind's name (generate)."""
+    from normfree.workers import kinds
+
+    report = kinds.get(kind).report(store, study_id)
+    return {} if report is None else {kind: report}
+
+
 def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
     found = store.repo.get_study(study_id)
     if found is None:
@@ -419,16 +424,14 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     found = _study_or_fail(store, study_id, as_json)
     out = run_driver(study_id, settings, as_json, parallel)
     out["leaderboard"] = board(store, found["proxy"], study_id=study_id)
-    if found["kind"] == "generate":
-        from normfree.cli._generate_report import print_report
-        from normfree.workers.generate import study_report
-
-        out["generate"] = study_report(store, study_id)
+    out.update(_kind_report(found["kind"], store, study_id))
 
     def human(r: dict[str, Any]) -> None:
         click.echo(f"study {study_id}: {r['status']} ({counts_line(r['counts'])})")
         print_leaderboard(r["leaderboard"])
         if "generate" in r:
+            from normfree.cli._generate_report import print_report
+
             print_report(r["generate"])
 
     emit(out, as_json, human)

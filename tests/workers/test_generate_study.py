@@ -140,7 +140,7 @@ def test_generate_baselines_take_the_studys_affine(tmp_path: Path) -> None:
     )
     sid = create_study(spec, settings=settings)
     driver = StudyDriver(sid, settings=settings)
-    assert driver._next_generation()
+    assert driver.kind.refill(driver)
     norms = {r["config"]["norm"]["name"]: r["config"]["norm"] for r in _trials(driver, sid)}
     assert norms["layernorm"]["affine"] is False
     assert norms["erf"]["affine"] is False

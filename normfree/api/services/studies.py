@@ -62,66 +62,37 @@ def _study_public(
     )
 
 
-# ``StudySpec.params`` keys the engine reads (see workers.scheduling); anything else is a typo.
-STUDY_PARAMS = frozenset(
-    {
-        "seed0",
-        "dataset",
-        "lr",
-        "weight_decay",
-        "warmup_epochs",
-        "overrides",
-        "affine",
-        "alpha0_range",
-        "lr_range",
-        "n_startup_trials",
-        "top_arms",
-        "reduction_factor",
-        "min_resource",
-        "sampler_seed",
-        # generate studies (workers.generate.GenerateOptions)
-        "generations",
-        "population",
-        "children",
-        "tournament",
-        "p_crossover",
-        "constraints",
-        "max_size",
-        "max_depth",
-        "max_proposals",
-        "max_prescreen",
-        "prescreen",
-        "alpha0",
-        "untransformed_cell",
-    }
-)
+def __getattr__(name: str) -> Any:
+    """``STUDY_PARAMS``: every params key some study kind reads (``workers.kinds``), computed on
+    first use so that importing the API does not import the engine."""
+    if name == "STUDY_PARAMS":
+        from normfree.workers import kinds
+
+        return kinds.param_names()
+    raise AttributeError(name)
 
 
 def validate_study(data: S.StudyCreate) -> StudySpec:
     """Check a study request against the registries before anything is written (-> 422)."""
+    from normfree.workers import kinds
     from normfree.workers.proxies import PROXIES
 
+    try:
+        spec = StudySpec.model_validate(data.model_dump())
+    except Exception as exc:
+        raise ApiError(422, "invalid_study", str(exc)) from None
+    kind = kinds.get(data.kind)
     problems: list[str] = []
     if data.proxy not in PROXIES:
         problems.append(f"proxy: unknown {data.proxy!r}; choose from {sorted(PROXIES)}")
-    if data.kind in ("property", "options") and not data.functions:
-        problems.append("functions: a property or options study needs at least one function")
-    if data.kind == "property":
-        if not data.transform:
-            problems.append("transform: a property study needs a transform (e.g. shift_h)")
-        if not data.values and not data.params.get("untransformed_cell"):
-            problems.append(
-                "values: a property study needs transform values (e.g. [-1, 0, 1]), or "
-                'params {"untransformed_cell": true} for a parameterless transform (sign_flip)'
-            )
-    if data.kind == "options" and not data.options:
-        problems.append("options: an options study needs at least one option with values")
+    problems += kind.problems(spec)
     for fn in data.functions:
         if _resolve_cached(fn) is None and fn not in BASELINES:
             problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
-    unknown = sorted(set(data.params) - STUDY_PARAMS)
+    allowed_params = kinds.param_names()
+    unknown = sorted(set(data.params) - allowed_params)
     if unknown:
-        problems.append(f"params: unknown {unknown}; allowed: {sorted(STUDY_PARAMS)}")
+        problems.append(f"params: unknown {unknown}; allowed: {sorted(allowed_params)}")
     if data.proxy in PROXIES and data.options:
         from normfree.workers.scheduling import NORM_OPTIONS
 
@@ -138,30 +109,18 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
         call = transform_call(data.transform, data.functions[0], data.values[0])
         if _resolve_cached(call) is None:
             problems.append(f"transform: {data.transform!r} is not a known transform ({call})")
-    n_cells = max(1, len(data.functions)) * max(1, len(data.values))
-    for vals in data.options.values():
-        n_cells *= len(vals)
-    if data.kind == "generate" and (data.transform or data.values or data.options):
-        problems.append(
-            "kind: a generate study takes no transform, values or options "
-            "(they belong to property and options studies)"
-        )
-    if data.kind == "generate" and not problems:
-        from normfree.workers.generate import validate_spec
-
+    n_trials = 0
+    if not problems:
         try:
-            opts = validate_spec(StudySpec.model_validate(data.model_dump()))
-            n_cells = opts.population + opts.generations * opts.n_children(1)
+            kind.validate(spec)  # generate: its options and constraints
+            n_trials = kind.trial_count(spec)
         except (ValueError, KeyError) as exc:
             problems.append(f"params: {exc}")
-    if n_cells * data.seeds > 2000:
-        problems.append(f"the study has {n_cells * data.seeds} trials; the API's limit is 2000")
+    if n_trials > 2000:
+        problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
     if problems:
         raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
-    try:
-        return StudySpec.model_validate(data.model_dump())
-    except Exception as exc:
-        raise ApiError(422, "invalid_study", str(exc)) from None
+    return spec
 
 
 def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
@@ -237,11 +196,13 @@ def _cells(
     return cells, objective, direction
 
 
-def _generate_report(state: ServiceState, study_id: int) -> dict[str, Any]:
-    """A generate study's report (workers.generate.study_report), non-finite values cleaned."""
-    from normfree.workers.generate import study_report
+def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any] | None:
+    """What the study's kind reports beyond its cells (a generate study's generations and
+    property importance), non-finite values cleaned; None for kinds that report nothing."""
+    from normfree.workers import kinds
 
-    return finite(study_report(state.store, study_id))
+    report = kinds.get(kind).report(state.store, study_id)
+    return None if report is None else finite(report)
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
@@ -281,7 +242,7 @@ def _study_cells(
                 objective, direction = objective_of(row["proxy"])
             except Exception:  # unknown proxy in an old study: leave the objective unnamed
                 pass
-        generate = _generate_report(state, row["id"]) if row["kind"] == "generate" else None
+        generate = _kind_report(state, row["kind"], row["id"])
         return cells, objective, direction, generate
 
     return state.cache.get_or_build((("study-cells", row["id"]), key), build)

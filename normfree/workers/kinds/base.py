@@ -1,0 +1,121 @@
+"""The contract every study kind fulfils (:class:`StudyKind`) and the parameters all share.
+
+A kind decides four things: what a request for it must contain (``problems``, ``validate``), the
+trials known up front (``plan``), how it reacts as trials finish (``refill`` when nothing is left
+to lease, ``finish`` when everything has run) and how Optuna chooses and prunes (``sampler``,
+``pruner``). The driver, the API and the CLI ask the kind and never test ``spec.kind``
+themselves, so a new kind is one module here plus its tests (see docs/architecture.md).
+
+``StudySpec`` stays the one stored and transmitted form of a study (its JSON is in every
+database); a kind reads its typed parameters out of ``spec.params`` with :meth:`params`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from normfree.specs import Scalar, StudySpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from normfree.workers.driver import StudyDriver
+    from normfree.workers.scheduling import PlannedTrial
+
+
+class CommonParams(BaseModel):
+    """``StudySpec.params`` keys every kind reads (``workers.scheduling.base_config``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seed0: int = 0  # the first of the study's paired seeds
+    dataset: str | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    warmup_epochs: float | None = None
+    overrides: dict[str, Scalar] = {}
+    affine: bool | None = None  # gamma/beta on every norm, baselines included
+    sampler_seed: int = 0
+
+
+class PruningParams(CommonParams):
+    """Keys of the kinds whose trials a pruner may stop (``scheduling.epoch_pruner``)."""
+
+    reduction_factor: int = 3  # successive halving / hyperband
+    min_resource: int | None = None  # epochs before any pruning verdict (default: budget / 4)
+
+
+class StudyKind(ABC):
+    """One kind of study. Subclasses set ``name`` and ``Params`` and override what they need."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[CommonParams]] = CommonParams
+    # Grid kinds plan every trial at creation; the driver gives each an Optuna trial by enqueueing
+    # it. Other kinds get their Optuna trial when they ask Optuna for the point (search).
+    grid: ClassVar[bool] = False
+    asks_optuna: ClassVar[bool] = False
+    # Whether its trials report each epoch to a pruner (``spec.pruner`` then applies).
+    prunes: ClassVar[bool] = False
+
+    # -- requests ----------------------------------------------------------------------------
+    def param_names(self) -> set[str]:
+        """The ``StudySpec.params`` keys this kind reads."""
+        return set(self.Params.model_fields)
+
+    def params(self, spec: StudySpec) -> CommonParams:
+        """The typed parameters of ``spec`` (ValueError when a value has the wrong type)."""
+        return self.Params.model_validate(spec.params)
+
+    def problems(self, spec: StudySpec) -> list[str]:
+        """What a request of this kind lacks, in the API's words (an empty list: nothing)."""
+        return []
+
+    def validate(self, spec: StudySpec) -> None:
+        """Everything creating the study must refuse before anything is written (ValueError)."""
+        found = self.problems(spec)
+        if found:
+            raise ValueError("; ".join(found))
+
+    def trial_count(self, spec: StudySpec) -> int:
+        """How many trials the study asks for, at most (the API's size limit): its cells
+        (functions x values x option combinations) x seeds."""
+        n = max(1, len(spec.functions)) * max(1, len(spec.values))
+        for values in spec.options.values():
+            n *= len(values)
+        return n * spec.seeds
+
+    # -- planning and reacting ---------------------------------------------------------------
+    def plan(self, spec: StudySpec) -> list[PlannedTrial]:
+        """The trials known at creation (inserted with the study)."""
+        return []
+
+    def refill(self, driver: StudyDriver) -> bool:
+        """Nothing is left to lease: add trials if the kind has more to run now (True: added)."""
+        return False
+
+    def finish(self, driver: StudyDriver) -> bool:
+        """Every trial has run: add a last round if the kind wants one (True: added)."""
+        return False
+
+    # -- Optuna ------------------------------------------------------------------------------
+    def sampler(self, spec: StudySpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+        from normfree.workers.scheduling import random_sampler
+
+        return random_sampler(spec, seed)
+
+    def pruner(self, spec: StudySpec) -> optuna.pruners.BasePruner:
+        import optuna
+
+        if not self.prunes:
+            return optuna.pruners.NopPruner()  # grid studies never prune
+        from normfree.workers.scheduling import epoch_pruner
+
+        return epoch_pruner(spec)
+
+    # -- results -----------------------------------------------------------------------------
+    def report(self, store: Any, study_id: int) -> dict[str, Any] | None:
+        """What the kind adds to a study's results beyond its leaderboard (None: nothing)."""
+        return None

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # the default screens (issue 14: a trial within 90 s on one idle core), then the previous ones
@@ -103,6 +104,7 @@ def main() -> None:
         "bench": "trial",
         "quick": args.quick,
         "threads": 1,
+        "machine": describe(),
         "torch": torch.__version__,
         "runs": rows,
         "default_trials": defaults,

@@ -89,7 +89,7 @@ def import_reference(
     return S.ReferenceSetPublic(**out)
 
 
-def _page_url(proxy: str | None, study_id: int | None, reference: str) -> str:
+def page_url(proxy: str | None, study_id: int | None, reference: str = BUILTIN_NAME) -> str:
     query: dict[str, Any] = {"study_id": study_id} if study_id is not None else {"proxy": proxy}
     if reference != BUILTIN_NAME:
         query["reference"] = reference
@@ -148,7 +148,7 @@ def summary(
         pairs_agree=s["pairs_agree"],
         pair_agreement=s["pair_agreement"],
         failure_agreement=s["failure_agreement"],
-        url=_page_url(proxy, study_id, BUILTIN_NAME),
+        url=page_url(proxy, study_id, BUILTIN_NAME),
     )
 
 
@@ -156,6 +156,7 @@ __all__ = [
     "get_reference",
     "import_reference",
     "list_references",
+    "page_url",
     "reference_csv",
     "report",
     "summary",

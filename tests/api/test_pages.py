@@ -66,6 +66,11 @@ def test_study_page_plots_metric_vs_transform_value(api: Api, seeded: Seeded) ->
     assert traces["diverged"]["x"] == [1.0] and traces["diverged"]["marker"]["symbol"] == "x"
     assert "shift_h value" in figs[0]["layout"]["xaxis"]["title"]["text"]
     assert "watchStudy(" not in html  # finished: no polling
+    # how far to trust it: the study's own fidelity (its erf/tanh/LayerNorm cells are published
+    # cells) and a link to the proxy's
+    line = html.split('id="fidelity-line"', 1)[1].split("</p>", 1)[0]
+    assert "published orders reproduced" in line or "failures agree" in line
+    assert f"/fidelity?study_id={seeded.study_id}" in line and "/fidelity?proxy=vit-tiny" in line
     fig_json = api.client.get(f"/studies/{seeded.study_id}/figure.json").json()
     assert {t["name"] for t in fig_json["data"]} == {"erf", "tanh", "diverged"}
     assert api.client.get("/studies", headers=HTML).status_code == 200

@@ -184,6 +184,9 @@ def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdP
             fig = plots.importance_figure(detail.generate.get("importance"))
             importance = plots.to_div(fig, "importance-figure")
         live = detail.status in ("pending", "running", "paused")
+        # the study's own fidelity: it reads only this study's trials (and the built-in set),
+        # so the page's version key still covers it; the proxy's is one link away
+        study_fidelity = fidelity.summary(state, study_id=study_id)
         return cache.html_body(
             _render(
                 request,
@@ -193,6 +196,8 @@ def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdP
                 importance=importance,
                 live=live,
                 error=error,
+                study_fidelity=study_fidelity,
+                proxy_fidelity_url=fidelity.page_url(detail.proxy, None),
             )
         )
 

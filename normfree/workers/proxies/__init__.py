@@ -353,7 +353,7 @@ register(
 # The default presets cannot tell a stable norm from an unstable one: on vit-digits the identity
 # (no normalization at all) ties erf. What normalization buys a large transformer is stability
 # under long, aggressive training; these presets put that pressure on a model that still trains
-# in ~15-30 s on one core. Each setting was chosen by measurement (5 seeds, bench/fidelity.py):
+# in ~15-30 s on one core. Each setting was chosen by measurement (5 seeds, bench/stability.py):
 # the identity must diverge on every seed while LayerNorm and erf complete every seed.
 register(
     replace(
@@ -372,7 +372,7 @@ register(
         warmup_epochs=0.5,
         # batch 32: twice the updates per epoch (40) at the same per-sample cost, noisier steps.
         batch_size=32,
-        # 8 epochs = 320 steps: LayerNorm/erf reach ~85-90% on digits (the fidelity table's
+        # 8 epochs = 320 steps: LayerNorm/erf reach ~85-90% on digits (the stability table's
         # 190 trials must fit a shared 2-core machine; the identity fails in epoch 1-2 anyway).
         epochs=8,
         # bf16 autocast: reduced precision, as large runs train; rounding makes activation
@@ -421,7 +421,7 @@ register(
         # default 4x missed the identity's milder blow-ups (peaks of 2.4-2.8x that it then
         # partly recovered from); at this lr the probed seeds peaked at 2.4x (identity seed 2),
         # 1.7x (LayerNorm seed 1, the one that stalls at 1.2e-2) and 1.2x (erf seed 3, the one
-        # that diverges at 1.2e-2): a real but thin margin (see the fidelity table).
+        # that diverges at 1.2e-2): a real but thin margin (see the stability table).
         divergence_factor=2.0,
         fd_samples=0,  # the sample score costs more than the trial; val_loss is the objective
         extra={"prescreen_lr_mult": 1.0, "prescreen_steps": 30, "prescreen_batch": 32},

@@ -1,4 +1,4 @@
-"""Proxy fidelity: does a stress preset separate stable from unstable norms? (issue 9)
+"""Stability: does a stress preset separate stable from unstable norms?
 
 For each function (LayerNorm, RMSNorm, identity and the 16 search candidates) and seed, runs the
 zero-cost prescreen and then the full trial on the preset, in a pool of one-thread worker
@@ -12,11 +12,11 @@ prescreen's instability prediction, so the table answers three questions:
 - mean +- 95% CI and diverged counts for every function;
 - how often the prescreen's "unstable" matches the trial's "diverged" (agreement rate).
 
-    python bench/fidelity.py --proxy vit-stress --seeds 5 --workers 2
-    python bench/fidelity.py --proxy dit-stress --seeds 5 --workers 2 --resume
-    python bench/fidelity.py --quick     # vit-stress, 3 functions, 1 seed, 3 epochs
+    python bench/stability.py --proxy vit-stress --seeds 5 --workers 2
+    python bench/stability.py --proxy dit-stress --seeds 5 --workers 2 --resume
+    python bench/stability.py --quick     # vit-stress, 3 functions, 1 seed, 3 epochs
 
-Results: ``bench/results/fidelity-<proxy>.{jsonl,md,json}``; the last line printed is one JSON
+Results: ``bench/results/stability-<proxy>.{jsonl,md,json}``; the last line printed is one JSON
 object (the summary).
 """
 
@@ -186,7 +186,7 @@ def markdown(rows_t: list[dict], head: dict, cmd: str) -> str:
         return "-" if v is None else f"{v:.3g}"
 
     lines = [
-        f"# Fidelity of `{head['proxy']}` ({head['objective']}, {head['direction']})",
+        f"# Stability of `{head['proxy']}` ({head['objective']}, {head['direction']})",
         "",
         f"Command: `{cmd}`",
         "",
@@ -242,7 +242,7 @@ def main() -> None:
     preset = PROXIES[args.proxy]
     tag = args.proxy + ("-quick" if args.quick else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    jsonl = RESULTS / f"fidelity-{tag}.jsonl"
+    jsonl = RESULTS / f"stability-{tag}.jsonl"
     rows: list[dict] = []
     if (args.resume or args.summarise_only) and jsonl.exists():
         rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
@@ -276,7 +276,7 @@ def main() -> None:
     rows = [r for r in rows if r["function"] in functions and r["seed"] < args.seeds]
     # the command that reproduces the rows (a --summarise-only rewrite keeps the original)
     argv = [a for a in sys.argv[1:] if a not in ("--summarise-only", "--resume")]
-    cmd = "python " + " ".join(["bench/fidelity.py", *argv])
+    cmd = "python " + " ".join(["bench/stability.py", *argv])
     head = {
         "proxy": args.proxy,
         "objective": preset.objective,
@@ -292,8 +292,8 @@ def main() -> None:
     }
     tab = table(rows, functions)
     md = markdown(tab, head, cmd)
-    (RESULTS / f"fidelity-{tag}.md").write_text(md)
-    (RESULTS / f"fidelity-{tag}.json").write_text(json.dumps({**head, "table": tab}, indent=1))
+    (RESULTS / f"stability-{tag}.md").write_text(md)
+    (RESULTS / f"stability-{tag}.json").write_text(json.dumps({**head, "table": tab}, indent=1))
     print(md)
     print(json.dumps(head))
 

@@ -1,0 +1,82 @@
+"""What reduced precision costs on this CPU: a stress-preset trial under bf16 autocast vs fp32.
+
+The stress presets train under bf16 autocast (reduced precision, as large runs train). On a CPU
+without native bf16 (AVX2 only, like the machine the project was first built on) every autocast
+matmul converts and computes in emulation, and a bf16 trial ran ~5x slower than in fp32; on a
+CPU with AVX512-BF16 it does not. The default screens train in fp32 so that their cost does not
+depend on which of the two a user has. This measures the ratio in one run: the same preset,
+function, seed and epoch, once per precision, one thread, CPU time (what an idle core would
+spend); the result names the CPU and whether it has native bf16.
+
+    python bench/bench_precision.py            # vit-stress, 1 epoch -> results/precision.json
+    python bench/bench_precision.py --quick    # 512 training samples (< 30 s)
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from machine import describe
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def run(proxy: str, precision: str, max_train: int | None) -> dict:
+    from normfree.specs import TrialConfig
+    from normfree.workers.trainer import parse_norm, train_trial
+
+    overrides: dict = {"precision": precision}
+    if max_train:
+        overrides["max_train"] = max_train
+    cfg = TrialConfig(proxy=proxy, norm=parse_norm("derf"), epochs=1, overrides=overrides)
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = train_trial(cfg)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    sps = r.metrics.get("samples_per_s") or 0.0
+    return {
+        "precision": precision,
+        "status": r.status,
+        "train_time_s": r.train_time_s,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "samples_per_cpu_s": sps * wall / max(cpu, 1e-9),
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--proxy", default="vit-stress")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    max_train = 512 if args.quick else None
+    run(args.proxy, "fp32", 128)  # warm-up: data generation and kernel builds out of the timing
+    fp32 = run(args.proxy, "fp32", max_train)
+    bf16 = run(args.proxy, "bf16", max_train)
+    out = {
+        "bench": "precision",
+        "quick": args.quick,
+        "proxy": args.proxy,
+        "machine": describe(),
+        "torch": torch.__version__,
+        "runs": [fp32, bf16],
+        # bf16 autocast's cost of the same trial (same samples), as a multiple of fp32's, in
+        # CPU time: on a shared machine wall time also counts other processes' turns
+        "bf16_over_fp32": bf16["cpu_s"] / max(fp32["cpu_s"], 1e-9),
+    }
+    name = "precision-quick.json" if args.quick else "precision.json"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,9 @@ another machine, with ``normfree study run ID``). Every command takes ``--db URL
 
 from __future__ import annotations
 
+import functools
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -106,17 +108,53 @@ common = [
 ]
 
 
+@dataclass(frozen=True)
+class Common:
+    """The options every ``study <kind>`` command takes, collected once by :func:`_common`."""
+
+    proxy: str
+    seeds: int
+    epochs: int | None
+    name: str | None
+    lr: float | None
+    parallel: int | None
+    detach: bool
+    database_url: str | None
+    as_json: bool
+
+    def spec(self, kind: str, params: dict[str, Any] | None = None, **fields: Any) -> Any:
+        """The StudySpec of this kind: the common fields, ``fields``, and ``params`` (None
+        values dropped) with ``--lr``."""
+        from normfree.specs import StudySpec
+
+        out = {k: v for k, v in (params or {}).items() if v is not None}
+        if self.lr is not None:
+            out["lr"] = self.lr
+        return StudySpec(
+            kind=kind,  # type: ignore[arg-type]
+            name=self.name,
+            proxy=self.proxy,
+            seeds=self.seeds,
+            epochs=self.epochs,
+            params=out,
+            **fields,
+        )
+
+    def create(self, spec: Any) -> None:
+        _create_and_maybe_run(spec, self.database_url, self.detach, self.as_json, self.parallel)
+
+
 def _common(f: Any) -> Any:
+    """Add the common options; the command receives them as one ``common: Common``."""
+
+    @functools.wraps(f)
+    def command(**kw: Any) -> Any:
+        shared = {name: kw.pop(name) for name in Common.__dataclass_fields__}
+        return f(common=Common(**shared), **kw)
+
     for opt in reversed(common):
-        f = opt(f)
-    return f
-
-
-def _params(lr: float | None, **extra: Any) -> dict[str, Any]:
-    out = {k: v for k, v in extra.items() if v is not None}
-    if lr is not None:
-        out["lr"] = lr
-    return out
+        command = opt(command)
+    return command
 
 
 @main.group()
@@ -145,20 +183,12 @@ def study_property(
     values_: str | None,
     baselines: str,
     shift: str,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """Base functions x transform values x paired seeds: every cell runs."""
-    from normfree.specs import StudySpec
     from normfree.workers.scheduling import paper_grid
 
+    as_json = common.as_json
     fns, vals, untransformed = _split(functions), [], False
     if values_ is not None:
         vals = _floats(values_, "--values")
@@ -174,21 +204,17 @@ def study_property(
             vals = paper_vals
         else:
             untransformed = False
-    extra = {"untransformed_cell": True} if untransformed else {}
-    spec = StudySpec(
-        kind="property",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=fns,
-        transform=transform,
-        values=vals,
-        baselines=_split(baselines),
-        norm_shift=shift,  # type: ignore[arg-type]
-        epochs=epochs,
-        params=_params(lr, **extra),
+    common.create(
+        common.spec(
+            "property",
+            {"untransformed_cell": True} if untransformed else {},
+            functions=fns,
+            transform=transform,
+            values=vals,
+            baselines=_split(baselines),
+            norm_shift=shift,
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 @study.command("options")
@@ -207,37 +233,20 @@ def study_options(
     functions: str,
     options: tuple[str, ...],
     baselines: str,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """Functions x every combination of option values x paired seeds."""
-    from normfree.specs import StudySpec
-
     axes: dict[str, list[Any]] = {}
     for item in options:
         key, sep, vals = item.partition("=")
         if not sep or not key.strip() or not _split(vals):
-            fail(f"--option wants NAME=V1,V2,...; got {item!r}", as_json)
+            fail(f"--option wants NAME=V1,V2,...; got {item!r}", common.as_json)
         axes[key.strip()] = [_scalar(v) for v in _split(vals)]
-    spec = StudySpec(
-        kind="options",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=_split(functions),
-        options=axes,
-        baselines=_split(baselines),
-        epochs=epochs,
-        params=_params(lr),
+    common.create(
+        common.spec(
+            "options", functions=_split(functions), options=axes, baselines=_split(baselines)
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 @study.command("search")
@@ -279,19 +288,9 @@ def study_search(
     lr_range: str | None,
     sampler_seed: int,
     min_epochs: int | None,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """A sampler picks candidates; a pruner stops poor ones early; the best get extra seeds."""
-    from normfree.specs import StudySpec
-
     extra: dict[str, Any] = {"top_arms": top, "sampler_seed": sampler_seed}
     if min_epochs is not None:
         extra["min_resource"] = min_epochs
@@ -299,22 +298,19 @@ def study_search(
         if text:
             rng = _floats(text, f"--{key.replace('_', '-')}")
             if len(rng) != 2 or not 0 < rng[0] < rng[1]:
-                fail(f"--{key.replace('_', '-')} wants LO,HI with 0 < LO < HI", as_json)
+                fail(f"--{key.replace('_', '-')} wants LO,HI with 0 < LO < HI", common.as_json)
             extra[key] = rng
-    spec = StudySpec(
-        kind="search",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=_split(functions),
-        epochs=epochs,
-        sampler=sampler,  # type: ignore[arg-type]
-        pruner=pruner,  # type: ignore[arg-type]
-        n_trials=n_trials,
-        extra_seeds_for_top=extra_seeds,
-        params=_params(lr, **extra),
+    common.create(
+        common.spec(
+            "search",
+            extra,
+            functions=_split(functions),
+            sampler=sampler,
+            pruner=pruner,
+            n_trials=n_trials,
+            extra_seeds_for_top=extra_seeds,
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 @study.command("generate")
@@ -357,19 +353,9 @@ def study_generate(
     no_prescreen: bool,
     pruner: str,
     sampler_seed: int,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """Evolve new functions from the expression grammar; only filtered survivors are trained."""
-    from normfree.specs import StudySpec
-
     extra: dict[str, Any] = {
         "generations": generations,
         "population": population,
@@ -383,18 +369,15 @@ def study_generate(
         "prescreen": not no_prescreen,
         "sampler_seed": sampler_seed,
     }
-    spec = StudySpec(
-        kind="generate",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=_split(functions),
-        baselines=_split(baselines),
-        epochs=epochs,
-        pruner=pruner,  # type: ignore[arg-type]
-        params=_params(lr, **extra),
+    common.create(
+        common.spec(
+            "generate",
+            extra,
+            functions=_split(functions),
+            baselines=_split(baselines),
+            pruner=pruner,
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:

@@ -15,11 +15,9 @@ trial of a cancelled study; it never ran and counts nowhere in leaderboards).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from normfree.storage import leaderboard as boards
-from normfree.storage import stats
 from normfree.storage._common import (
     BASELINE_GROUP,
     REFERENCE_NORM,
@@ -43,19 +41,11 @@ class Repository(CandidateRepository, StudyRepository, TrialRepository, TokenRep
     ``Settings.max_attempts``.
     """
 
-    def leaderboard(
-        self,
-        proxy: str,
-        *,
-        group: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        study_id: int | None = None,
-        metric: str | None = None,
-        direction: stats.Direction | None = None,
-        alpha: float = stats.ALPHA,
-        from_scratch: bool = False,
-    ) -> list[dict[str, Any]]:
+    def leaderboard(self, proxy: str, **filters: Any) -> list[dict[str, Any]]:
         """Ranked arms of ``proxy``: one row per arm (config without seed), over its seeds.
+
+        ``filters`` are :func:`storage.leaderboard.leaderboard`'s: ``group``, ``properties``,
+        ``study_id``, ``metric``, ``direction``, ``alpha``, ``from_scratch``.
 
         Values are the trials' objective (or ``metric`` from their final metrics) of COMPLETE
         trials; one value per seed (the latest trial when several studies ran the same seed).
@@ -76,17 +66,7 @@ class Repository(CandidateRepository, StudyRepository, TrialRepository, TokenRep
         ``from_scratch=True`` recomputes everything from the trials (the reference the contract
         tests compare with). Both give identical rows.
         """
-        return boards.leaderboard(
-            self.db,
-            proxy,
-            group=group,
-            properties=properties,
-            study_id=study_id,
-            metric=metric,
-            direction=direction,
-            alpha=alpha,
-            from_scratch=from_scratch,
-        )
+        return boards.leaderboard(self.db, proxy, **filters)
 
 
 __all__ = [

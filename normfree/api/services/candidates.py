@@ -96,25 +96,20 @@ def _is_catalog_name(name: str) -> bool:
 
 
 def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
-    """A search_space Candidate or a storage row dict as the public schema."""
+    """A search_space Candidate or a storage row dict as the public schema.
+
+    A stored user submission keeps its description in the row's ``citation`` column (users cite
+    nothing), so it moves to ``description`` here; catalog entries carry both.
+    """
     if isinstance(c, Mapping):
         d = dict(c)
-        description = d.get("citation") if source == "user" else None
-        return S.CandidatePublic(
-            name=d["name"],
-            formula=d.get("formula"),
-            canonical=d.get("canonical"),
-            fingerprint=d.get("fingerprint"),
-            group=d.get("group"),
-            citation=None if source == "user" else d.get("citation"),
-            description=description,
-            properties=d.get("properties") or {},
-            lineage=d.get("lineage") or {},
-            source=source,  # type: ignore[arg-type]
-            submitter=d.get("submitter"),
-            created_at=d.get("created_at"),
-        )
-    d = candidate_dict(c)
+        stored = {"submitter": d.get("submitter"), "created_at": d.get("created_at")}
+        if source == "user":
+            d["description"], d["citation"] = d.get("citation"), None
+        else:
+            d["description"] = None
+    else:
+        d, stored = candidate_dict(c), {}
     return S.CandidatePublic(
         name=d["name"],
         formula=d.get("formula"),
@@ -126,6 +121,7 @@ def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
         properties=d.get("properties") or {},
         lineage=d.get("lineage") or {},
         source=source,  # type: ignore[arg-type]
+        **stored,
     )
 
 

@@ -26,18 +26,9 @@ class CandidateStore(Protocol):
 
     def get_candidate(self, name: str) -> dict[str, Any] | None: ...
 
-    def list_candidates(
-        self,
-        *,
-        group: str | None = None,
-        submitter: str | None = None,
-        fingerprint: str | None = None,
-        canonical: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        name_contains: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[dict[str, Any]]: ...
+    def list_candidates(self, **filters: Any) -> list[dict[str, Any]]:
+        """Filters: group, submitter, fingerprint, canonical, properties, name_contains, limit,
+        offset (``storage.candidates.CandidateRepository.list_candidates``)."""
 
 
 @runtime_checkable
@@ -109,16 +100,8 @@ class TrialLedger(Protocol):
 
     def get_trial_by_key(self, study_id: int, trial_key: str) -> dict[str, Any] | None: ...
 
-    def list_trials(
-        self,
-        study_id: int | None = None,
-        *,
-        status: str | Sequence[str] | None = None,
-        proxy: str | None = None,
-        candidate: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[dict[str, Any]]: ...
+    def list_trials(self, study_id: int | None = None, **filters: Any) -> list[dict[str, Any]]:
+        """Filters: status, proxy, candidate, limit, offset (``TrialRepository.list_trials``)."""
 
     def list_proxies(self) -> list[str]: ...
 

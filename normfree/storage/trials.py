@@ -367,21 +367,16 @@ class TrialRepository(RepositoryBase):
         is incremented instead and retries are bounded by ``attempt - releases``. False (no-op)
         when the lease is not held.
         """
-        now = utcnow()
-        with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(
-                    status="WAITING",
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    releases=TrialRow.releases + 1,
-                    error=reason,
-                    updated_at=now,
-                )
-            )
-            return res.rowcount == 1
+        return self._update_held(
+            trial_id,
+            owner,
+            attempt,
+            status="WAITING",
+            lease_owner=None,
+            lease_expires_at=None,
+            releases=TrialRow.releases + 1,
+            error=reason,
+        )
 
     def cancel_running(
         self, trial_id: int, owner: str, attempt: int, reason: str = "study cancelled"
@@ -390,18 +385,23 @@ class TrialRepository(RepositoryBase):
 
         False (no-op) when the lease is not held.
         """
-        now = utcnow()
+        return self._update_held(
+            trial_id,
+            owner,
+            attempt,
+            status="CANCELLED",
+            lease_expires_at=None,
+            error=reason,
+            finished_at=utcnow(),
+        )
+
+    def _update_held(self, trial_id: int, owner: str, attempt: int, **values: Any) -> bool:
+        """Set ``values`` (and ``updated_at``) on the trial if this lease still holds it."""
         with self.db.session() as s:
             res = s.execute(
                 update(TrialRow)
                 .where(self._held(trial_id, owner, attempt))
-                .values(
-                    status="CANCELLED",
-                    lease_expires_at=None,
-                    error=reason,
-                    finished_at=now,
-                    updated_at=now,
-                )
+                .values(**values, updated_at=utcnow())
             )
             return res.rowcount == 1
 

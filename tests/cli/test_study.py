@@ -7,26 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from normfree.cli import main
+from tests.cli import run as _run
+from tests.cli import run_json as _json
 from tests.workers.engine_support import ray_cluster
 
 
 @pytest.fixture(scope="module")
 def _ray() -> Iterator[None]:
     yield from ray_cluster()
-
-
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return res.exit_code, res.output
-
-
-def _json(*args: str) -> dict:
-    code, out = _run(*args, "--json")
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_property_detach_status_run_leaderboard(tmp_path: Path, _ray: None) -> None:

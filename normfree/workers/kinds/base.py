@@ -48,6 +48,13 @@ class PruningParams(CommonParams):
     min_resource: int | None = None  # epochs before any pruning verdict (default: budget / 4)
 
 
+def needs_functions(spec: StudySpec) -> list[str]:
+    """The grid kinds' first requirement: something to put in their cells."""
+    if spec.functions:
+        return []
+    return ["functions: a property or options study needs at least one function"]
+
+
 class StudyKind(ABC):
     """One kind of study. Subclasses set ``name`` and ``Params`` and override what they need."""
 

@@ -8,7 +8,7 @@ and the baselines run beside every such combination.
 from __future__ import annotations
 
 from normfree.specs import StudySpec
-from normfree.workers.kinds.base import StudyKind
+from normfree.workers.kinds.base import StudyKind, needs_functions
 from normfree.workers.scheduling import PlannedTrial, option_cells, plan_cells
 
 
@@ -17,9 +17,7 @@ class OptionsKind(StudyKind):
     grid = True
 
     def problems(self, spec: StudySpec) -> list[str]:
-        out = []
-        if not spec.functions:
-            out.append("functions: a property or options study needs at least one function")
+        out = needs_functions(spec)
         if not spec.options:
             out.append("options: an options study needs at least one option with values")
         return out

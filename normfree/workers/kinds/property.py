@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from normfree.specs import StudySpec
-from normfree.workers.kinds.base import CommonParams, StudyKind
+from normfree.workers.kinds.base import CommonParams, StudyKind, needs_functions
 from normfree.workers.scheduling import PlannedTrial, plan_cells, property_cells
 
 
@@ -24,9 +24,7 @@ class PropertyKind(StudyKind):
     grid = True
 
     def problems(self, spec: StudySpec) -> list[str]:
-        out = []
-        if not spec.functions:
-            out.append("functions: a property or options study needs at least one function")
+        out = needs_functions(spec)
         if not spec.transform:
             out.append("transform: a property study needs a transform (e.g. shift_h)")
         if not spec.values and not spec.params.get("untransformed_cell"):

@@ -18,25 +18,16 @@ import numpy as np
 import sympy
 
 from normfree.search_space._parser import U
+from normfree.search_space.primitives import (
+    BY_SYMPY,
+    MINMAX,
+    PRIMITIVES,
+    resolve_numeric,
+    resolve_torch,
+)
 
 # The node types the kernel printers rely on (brief: "the ONLY sympy node types").
-ALLOWED_FUNCS: tuple[type, ...] = (
-    sympy.Abs,
-    sympy.sign,
-    sympy.exp,
-    sympy.log,
-    sympy.erf,
-    sympy.erfc,
-    sympy.tanh,
-    sympy.atan,
-    sympy.asinh,
-    sympy.sinh,
-    sympy.cosh,
-    sympy.sin,
-    sympy.cos,
-    sympy.Min,
-    sympy.Max,
-)
+ALLOWED_FUNCS: tuple[type, ...] = (*(p.sympy for p in PRIMITIVES), *MINMAX)
 _RELATIONALS = (
     sympy.StrictLessThan,
     sympy.LessThan,
@@ -73,19 +64,6 @@ def node_count(expr: sympy.Basic) -> int:
     return sum(1 for _ in sympy.preorder_traversal(expr))
 
 
-def _scipy_special(name: str) -> Callable[[Any], Any]:
-    """scipy.special's ``name``, imported on first call: the import costs a CLI command 0.3-0.5 s
-    and most formulas have no erf."""
-
-    def call(x: Any) -> Any:
-        import scipy.special
-
-        return getattr(scipy.special, name)(x)
-
-    call.__name__ = name
-    return call
-
-
 class _Backend:
     """Array operations for one library; the walker only calls these."""
 
@@ -93,19 +71,7 @@ class _Backend:
         self.lib = lib
         if lib == "numpy":
             self.funcs: dict[type, Callable[[Any], Any]] = {
-                sympy.Abs: np.abs,
-                sympy.sign: np.sign,
-                sympy.exp: np.exp,
-                sympy.log: np.log,
-                sympy.erf: _scipy_special("erf"),
-                sympy.erfc: _scipy_special("erfc"),
-                sympy.tanh: np.tanh,
-                sympy.atan: np.arctan,
-                sympy.asinh: np.arcsinh,
-                sympy.sinh: np.sinh,
-                sympy.cosh: np.cosh,
-                sympy.sin: np.sin,
-                sympy.cos: np.cos,
+                p.sympy: resolve_numeric(p.numpy) for p in PRIMITIVES
             }
             self.where = np.where
             self.minimum, self.maximum = np.minimum, np.maximum
@@ -114,21 +80,7 @@ class _Backend:
         else:
             import torch
 
-            self.funcs = {
-                sympy.Abs: torch.abs,
-                sympy.sign: torch.sign,
-                sympy.exp: torch.exp,
-                sympy.log: torch.log,
-                sympy.erf: torch.special.erf,
-                sympy.erfc: torch.special.erfc,
-                sympy.tanh: torch.tanh,
-                sympy.atan: torch.atan,
-                sympy.asinh: torch.asinh,
-                sympy.sinh: torch.sinh,
-                sympy.cosh: torch.cosh,
-                sympy.sin: torch.sin,
-                sympy.cos: torch.cos,
-            }
+            self.funcs = {p.sympy: resolve_torch(p.torch) for p in PRIMITIVES}
             self.where = torch.where
             self.minimum, self.maximum = torch.minimum, torch.maximum
             self.logical_and, self.logical_or = torch.logical_and, torch.logical_or
@@ -390,22 +342,11 @@ def evaluate_point(
                 return mpmath.sign(arg)
             if isinstance(node, sympy.log):
                 return mpmath.log(arg) if arg > 0 else (-mp.inf if arg == 0 else mp.nan)
-            if isinstance(node, sympy.atan):
-                return mpmath.atan(arg)
-            if isinstance(node, sympy.asinh):
-                return mpmath.asinh(arg)
-            for cls, name in (
-                (sympy.exp, "exp"),
-                (sympy.sinh, "sinh"),
-                (sympy.cosh, "cosh"),
-                (sympy.tanh, "tanh"),
-                (sympy.erf, "erf"),
-                (sympy.erfc, "erfc"),
-                (sympy.sin, "sin"),
-                (sympy.cos, "cos"),
-            ):
-                if isinstance(node, cls):
-                    return _mp_guarded(name, arg, mp)
+            prim = BY_SYMPY.get(type(node))
+            if prim is not None and prim.mpmath == "guarded":
+                return _mp_guarded(prim.name, arg, mp)
+            if prim is not None:
+                return getattr(mpmath, prim.mpmath)(arg)
             raise ValueError(f"cannot evaluate sympy node {type(node).__name__}")
 
         try:

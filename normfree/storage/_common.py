@@ -120,18 +120,15 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _columns(row: Any, names: str) -> dict[str, Any]:
+    """The named attributes of an ORM row, as they are (``names``: space-separated)."""
+    return {name: getattr(row, name) for name in names.split()}
+
+
 def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "name": row.name,
-        "formula": row.formula,
-        "canonical": row.canonical,
-        "fingerprint": row.fingerprint,
+        **_columns(row, "id name formula canonical fingerprint lineage group citation submitter"),
         "properties": row.properties or {},
-        "lineage": row.lineage,
-        "group": row.group,
-        "citation": row.citation,
-        "submitter": row.submitter,
         "created_at": _iso(row.created_at),
         "prescreen": row.prescreen,
     }
@@ -139,13 +136,7 @@ def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
 
 def _study_dict(row: StudyRow) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "kind": row.kind,
-        "name": row.name,
-        "proxy": row.proxy,
-        "spec": row.spec,
-        "status": row.status,
-        "optuna_study_name": row.optuna_study_name,
+        **_columns(row, "id kind name proxy spec status optuna_study_name"),
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
     }

@@ -191,7 +191,7 @@ class TrialRow(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     eval_train_loss: Mapped[float | None] = mapped_column(FiniteFloat)
     diverged_at_step: Mapped[int | None] = mapped_column(Integer)
-    # first loss-spike step (issue 9; a divergence counts as one); NULL: none, or before 0005
+    # first loss-spike step (a divergence counts as one); NULL: none, or before migration 0005
     spike_step: Mapped[int | None] = mapped_column(Integer)
     # why a DIVERGED trial failed to train (non-finite loss, blow-up, no learning); NULL before 0007
     failure: Mapped[str | None] = mapped_column(String(300))

@@ -12,7 +12,7 @@ Two checks on the initialised proxy (same model and data as the preset, a fixed 
    While stepping, :class:`~normfree.workers.diagnostics.ActivationMonitor` tracks every slot's
    activations; ``out_growth`` is the largest growth of a norm's output magnitude (what attention
    and the MLP receive) from the first step to the worst later step, ``absmax_growth`` the same
-   for its input. ``unstable`` (the instability prediction, issue 9) is True when the candidate
+   for its input. ``unstable`` (the instability prediction) is True when the candidate
    does not survive or its outputs grow more than ``OUT_GROWTH_LIMIT`` x: a bounded f cannot
    grow its output past |gamma| + |beta|, so a large growth means nothing is containing the
    stream.

@@ -511,7 +511,7 @@ def train_trial(
             total = p.epochs * len(batches)
             warmup = round(p.warmup_epochs * len(batches))
             diags += diagnostics.measure(model, task.diag_loss, epoch=0)
-            # per-slot maxima over the training steps (issue 9): enabled only around the
+            # per-slot maxima over the training steps (why a run failed): enabled only around the
             # training forward, read once per epoch, so probes and evaluation do not count
             monitor = diagnostics.ActivationMonitor(model)
             loss_hist: list[torch.Tensor] = []  # per-step losses, for the first-spike step

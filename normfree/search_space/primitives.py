@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 
@@ -42,35 +43,41 @@ def _sign(v: float) -> float:
     return float((v > 0) - (v < 0))
 
 
-PRIMITIVES: tuple[Primitive, ...] = (
-    Primitive("erf", sympy.erf, math.erf, "scipy.special.erf", "special.erf",
-              "torch.erf", "tl.math.erf", "nf_erf", "guarded"),
-    Primitive("erfc", sympy.erfc, math.erfc, "scipy.special.erfc", "special.erfc",
-              "torch.erfc", "_erfc", "nf_erfc", "guarded"),
-    Primitive("tanh", sympy.tanh, math.tanh, "numpy.tanh", "tanh",
-              "torch.tanh", "_tanh", "nf_tanh", "guarded"),
-    Primitive("atan", sympy.atan, math.atan, "numpy.arctan", "atan",
-              "torch.atan", "_atan", "nf_atan", "atan"),
-    Primitive("asinh", sympy.asinh, math.asinh, "numpy.arcsinh", "asinh",
-              "torch.asinh", "_asinh", "nf_asinh", "asinh"),
-    Primitive("sinh", sympy.sinh, math.sinh, "numpy.sinh", "sinh",
-              "torch.sinh", "_sinh", "nf_sinh", "guarded"),
-    Primitive("cosh", sympy.cosh, math.cosh, "numpy.cosh", "cosh",
-              "torch.cosh", "_cosh", "nf_cosh", "guarded"),
-    Primitive("sin", sympy.sin, math.sin, "numpy.sin", "sin",
-              "torch.sin", "tl.sin", "sinf", "guarded"),
-    Primitive("cos", sympy.cos, math.cos, "numpy.cos", "cos",
-              "torch.cos", "tl.cos", "cosf", "guarded"),
-    Primitive("exp", sympy.exp, math.exp, "numpy.exp", "exp",
-              "torch.exp", "tl.exp", "nf_exp", "guarded"),
-    Primitive("log", sympy.log, math.log, "numpy.log", "log",
-              "torch.log", "tl.log", "logf", "log"),
-    Primitive("abs", sympy.Abs, abs, "numpy.abs", "abs",
-              "torch.abs", "tl.abs", "fabsf", "abs"),
-    Primitive("sign", sympy.sign, _sign, "numpy.sign", "sign",
-              "torch.sign", "_sign", "nf_sign", "sign"),
-)  # fmt: skip
+# One row per primitive. ``sympy``: the class's name in sympy; ``math``: the function's name in
+# Python's math module (``abs`` and ``sign``: the builtin and :func:`_sign`); the other columns
+# as in :class:`Primitive`.
+_TABLE = """
+name   sympy  math   numpy              torch         torch_code   triton       c         mpmath
+erf    erf    erf    scipy.special.erf  special.erf   torch.erf    tl.math.erf  nf_erf    guarded
+erfc   erfc   erfc   scipy.special.erfc special.erfc  torch.erfc   _erfc        nf_erfc   guarded
+tanh   tanh   tanh   numpy.tanh         tanh          torch.tanh   _tanh        nf_tanh   guarded
+atan   atan   atan   numpy.arctan       atan          torch.atan   _atan        nf_atan   atan
+asinh  asinh  asinh  numpy.arcsinh      asinh         torch.asinh  _asinh       nf_asinh  asinh
+sinh   sinh   sinh   numpy.sinh         sinh          torch.sinh   _sinh        nf_sinh   guarded
+cosh   cosh   cosh   numpy.cosh         cosh          torch.cosh   _cosh        nf_cosh   guarded
+sin    sin    sin    numpy.sin          sin           torch.sin    tl.sin       sinf      guarded
+cos    cos    cos    numpy.cos          cos           torch.cos    tl.cos       cosf      guarded
+exp    exp    exp    numpy.exp          exp           torch.exp    tl.exp       nf_exp    guarded
+log    log    log    numpy.log          log           torch.log    tl.log       logf      log
+abs    Abs    abs    numpy.abs          abs           torch.abs    tl.abs       fabsf     abs
+sign   sign   sign   numpy.sign         sign          torch.sign   _sign        nf_sign   sign
+"""
+_MATH_SPECIAL: dict[str, Callable[[float], float]] = {"abs": abs, "sign": _sign}
 
+
+def _rows(table: str) -> tuple[Primitive, ...]:
+    lines = [line.split() for line in table.strip().splitlines()]
+    header, rows = lines[0], lines[1:]
+    out = []
+    for row in rows:
+        cell: dict[str, Any] = dict(zip(header, row, strict=True))
+        cell["sympy"] = getattr(sympy, cell["sympy"])
+        cell["math"] = _MATH_SPECIAL.get(cell["math"]) or getattr(math, cell["math"])
+        out.append(Primitive(**cell))
+    return tuple(out)
+
+
+PRIMITIVES: tuple[Primitive, ...] = _rows(_TABLE)
 BY_NAME: dict[str, Primitive] = {p.name: p for p in PRIMITIVES}
 BY_SYMPY: dict[type, Primitive] = {p.sympy: p for p in PRIMITIVES}
 assert len(BY_NAME) == len(BY_SYMPY) == len(PRIMITIVES), "one row per primitive"

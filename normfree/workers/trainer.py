@@ -260,6 +260,16 @@ def trial_context(seed: int, threads: int, device: str | torch.device = "cpu") -
             torch.set_num_threads(prev)
 
 
+def load_splits(
+    task: object, d: Dataset, p: Preset, prep: Callable[[np.ndarray, int | None], torch.Tensor]
+) -> None:
+    """Set ``task.x_/y_train``, ``x_/y_val`` and ``x_/y_test``: inputs through ``prep``, the
+    training split cut at ``p.max_train`` and the evaluation splits at ``p.max_eval``."""
+    for split, limit in (("train", p.max_train), ("val", p.max_eval), ("test", p.max_eval)):
+        setattr(task, f"x_{split}", prep(getattr(d, f"x_{split}"), limit))
+        setattr(task, f"y_{split}", torch.from_numpy(getattr(d, f"y_{split}")[:limit]))
+
+
 # --------------------------------------------------------------------------------- tasks
 class ClassifyTask:
     """Cross-entropy with label smoothing; accuracy metrics."""
@@ -272,15 +282,7 @@ class ClassifyTask:
         def prep(x: np.ndarray, limit: int | None) -> torch.Tensor:
             return (torch.from_numpy(x[:limit]) - mean) / std
 
-        self.x_train, self.y_train = (
-            prep(d.x_train, p.max_train),
-            torch.from_numpy(d.y_train[: p.max_train]),
-        )
-        self.x_val, self.y_val = prep(d.x_val, p.max_eval), torch.from_numpy(d.y_val[: p.max_eval])
-        self.x_test, self.y_test = (
-            prep(d.x_test, p.max_eval),
-            torch.from_numpy(d.y_test[: p.max_eval]),
-        )
+        load_splits(self, d, p, prep)
         self.smoothing = p.label_smoothing
         self.mixup = p.mixup
         self.num_classes = d.num_classes
@@ -344,15 +346,7 @@ class DiffusionTask:
         def prep(x: np.ndarray, limit: int | None) -> torch.Tensor:
             return torch.from_numpy(x[:limit]) * 2 - 1  # [0, 1] -> [-1, 1]
 
-        self.x_train, self.y_train = (
-            prep(d.x_train, p.max_train),
-            torch.from_numpy(d.y_train[: p.max_train]),
-        )
-        self.x_val, self.y_val = prep(d.x_val, p.max_eval), torch.from_numpy(d.y_val[: p.max_eval])
-        self.x_test, self.y_test = (
-            prep(d.x_test, p.max_eval),
-            torch.from_numpy(d.y_test[: p.max_eval]),
-        )
+        load_splits(self, d, p, prep)
         self._fixed: dict[str, tuple[torch.Tensor, ...]] = {}
 
     def loss(self, model: nn.Module, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -29,6 +29,7 @@ or did not survive.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -64,11 +65,18 @@ def _growth(first: dict[str, dict[str, float]], later: dict[str, dict[str, float
     return max(ratios) if ratios else None
 
 
-def prescreen(norm: NormSpec | str, proxy: str = DEFAULT_PROXY, seed: int = 0) -> dict[str, Any]:
-    """Signal propagation, high-lr survival and instability of ``norm`` in ``proxy``."""
+def prescreen(
+    norm: NormSpec | str, proxy: str = DEFAULT_PROXY, seed: int = 0, candidate: Any = None
+) -> dict[str, Any]:
+    """Signal propagation, high-lr survival and instability of ``norm`` in ``proxy``.
+
+    ``candidate``: ``norm``'s function already parsed (the API's submissions), used as it is.
+    """
     spec = parse_norm(norm) if isinstance(norm, str) else norm
     t0 = time.perf_counter()
-    res = resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed))
+    res = dataclasses.replace(
+        resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed)), candidate=candidate
+    )
     p = res.preset
     steps = int(p.extra.get("prescreen_steps", PRESCREEN_STEPS))
     lr = p.lr * float(p.extra.get("prescreen_lr_mult", LR_MULTIPLIER))

@@ -64,16 +64,18 @@ def parse_norm(text: str, **fields: Any) -> NormSpec:
 
 
 def norm_factory(
-    spec: NormSpec, affine: bool = True, alpha_param: str = "linear"
+    spec: NormSpec, affine: bool = True, alpha_param: str = "linear", candidate: Any = None
 ) -> Callable[[int], nn.Module]:
     """``dim -> norm module`` for every slot of a proxy; ``affine`` False for DiT's norms;
-    ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param)."""
+    ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param);
+    ``candidate`` the spec's function when the caller already parsed it."""
     spec = resolve_alias(spec)
     affine = affine and spec.affine
     from normfree.kernels import create_norm
 
     target = spec.model_copy(update={"affine": affine})
-    resolved: list[Any] = []  # the candidate, resolved once (parsing is symbolic work)
+    # the candidate, resolved once (parsing is symbolic work), or handed over already parsed
+    resolved: list[Any] = [candidate] if candidate is not None and not spec.is_baseline else []
 
     def make(dim: int) -> nn.Module:
         if resolved:
@@ -119,6 +121,9 @@ class Resolved:
     model_config: Any
     data: Dataset
     norm: NormSpec
+    # The norm's function when the caller already holds it (a submission the API parsed):
+    # building the model then parses nothing again. None: resolved from ``norm``.
+    candidate: Any = None
 
     def describe(self) -> dict[str, Any]:
         out = {f"model.{k}": v for k, v in dataclasses.asdict(self.model_config).items()}
@@ -182,7 +187,10 @@ def resolve(config: TrialConfig) -> Resolved:
 def build_model(res: Resolved) -> nn.Module:
     """The proxy with every norm slot filled by the resolved norm (uses the global torch RNG)."""
     factory = norm_factory(
-        res.norm, affine=res.preset.norm_affine, alpha_param=res.preset.alpha_param
+        res.norm,
+        affine=res.preset.norm_affine,
+        alpha_param=res.preset.alpha_param,
+        candidate=res.candidate,
     )
     return res.preset.build(res.model_config, factory)
 

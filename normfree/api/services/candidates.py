@@ -243,9 +243,9 @@ def _run_prescreen(candidate: Any) -> S.PrescreenPublic:
 def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
     from normfree.specs import NormSpec
 
-    return prescreen(
-        NormSpec(name=candidate.name, formula=candidate.formula), proxy=PRESCREEN_PROXY, seed=0
-    )
+    # The Candidate travels: the prescreen builds its operator from it, parsing nothing again.
+    norm = NormSpec(name=candidate.name, formula=candidate.formula)
+    return prescreen(norm, proxy=PRESCREEN_PROXY, seed=0, candidate=candidate)
 
 
 def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:

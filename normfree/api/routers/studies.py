@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
@@ -10,7 +10,7 @@ from normfree.api import cache, reads, services
 from normfree.api.deps import Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
-from normfree.specs import StudyStatus, TrialRowStatus
+from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -39,7 +39,7 @@ def list_studies(
     state: StateDep,
     _reader: Reader,
     status: StudyStatus | None = None,
-    kind: Literal["property", "options", "search", "generate"] | None = None,
+    kind: StudyKind | None = None,
 ) -> StudyList:
     """Studies, newest first, with their progress."""
     return services.list_studies(state, status=status, kind=kind)

@@ -45,7 +45,7 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin normfree \
 USER normfree
 
 ENV NORMFREE_KERNEL_CACHE=/var/lib/normfree/kernels \
-    NORMFREE_DATA_DIR=/data \
+    NORMFREE_DATA_ROOT=/data \
     TRITON_CACHE_DIR=/var/lib/normfree/triton
 
 # API (8000), Ray GCS (6379), Ray dashboard and Jobs API (8265).

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """Service configuration. Defaults are the embedded single-machine setup."""
 
-    model_config = SettingsConfigDict(env_prefix="NORMFREE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="NORMFREE_", extra="ignore", populate_by_name=True)
 
     # Storage: SQLite in the working directory by default; a PostgreSQL URL at scale.
     database_url: str = "sqlite:///normfree.db"
@@ -54,14 +54,24 @@ class Settings(BaseSettings):
     kernel_cpu_backend: Literal["native", "torch", "compile"] = "native"
     # C compiler of the native CPU path (gcc or clang; a missing one falls back to "torch").
     kernel_cc: str = "cc"
-    # Where user datasets (.npz or image folders) are looked up by name.
-    data_dir: Path = Path("data")
+    # The only place studies read user datasets from: <root>/<name>.npz or <root>/<name>/ (one
+    # sub-folder per class), chosen by name; paths outside it are refused (README: security).
+    data_root: Path = Field(
+        default=Path("data"),
+        validation_alias=AliasChoices("NORMFREE_DATA_ROOT", "NORMFREE_DATA_DIR", "data_root"),
+    )
 
     # API
     public_reads: bool = True
     host: str = "127.0.0.1"
     port: int = 8000
     max_request_bytes: int = 64 * 1024
+    # A study's estimated cost (trials x epochs x the preset's per-epoch seconds, scaled by model
+    # size overrides) must stay under this many trial-seconds, or creation answers 422.
+    max_study_trial_seconds: float = Field(default=250_000.0, gt=0)
+    # Expensive anonymous reads (a formula parsed on GET) allowed per client and minute; token
+    # holders are not limited. 0 turns the limit off.
+    anonymous_parses_per_minute: int = Field(default=30, ge=0)
 
     # PostgreSQL server used by the test suite (a database is created and dropped per run).
     test_postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

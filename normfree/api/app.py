@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from normfree import __version__
-from normfree.api import errors
+from normfree.api import errors, security
 from normfree.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,9 @@ def create_app(
 
     errors.install_error_handlers(app)
     app.add_middleware(errors.BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Outermost: the headers reach every answer, the body limit's 413 included.
+    app.add_middleware(security.SecurityHeadersMiddleware)
+    app.state.parse_limiter = security.RateLimiter(settings.anonymous_parses_per_minute)
 
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 

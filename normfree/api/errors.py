@@ -50,8 +50,13 @@ class ApiError(Exception):
         self.headers = headers
 
 
+# The list route of each kind (English plurals are not kind + "s": study -> studies).
+_LISTS = {"study": "studies", "candidate": "candidates", "trial": "studies/ID/trials"}
+
+
 def not_found(kind: str, key: object) -> ApiError:
-    return ApiError(404, "not_found", f"no {kind} {key!s:.200}; list them at /api/{kind}s")
+    where = _LISTS.get(kind, f"{kind}s")
+    return ApiError(404, "not_found", f"no {kind} {key!s:.200}; list them at /api/{where}")
 
 
 # Status codes' default machine codes, for HTTPExceptions raised by FastAPI/Starlette itself.
@@ -150,10 +155,18 @@ async def _api_error_handler(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_handler(request: Request, exc: Exception) -> Response:
-    # A bug, not a bad request: log it with its traceback and say so without leaking internals.
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    # A bug, not a bad request: log it with its traceback under a reference id and answer one
+    # line with that id, so a report can be matched to the log without leaking internals.
+    from normfree.workers.errors import new_reference
+
+    ref = new_reference()
+    log.exception("unhandled error on %s %s [ref %s]", request.method, request.url.path, ref)
     return error_response(
-        request, 500, "internal_error", f"internal error ({type(exc).__name__}); see the server log"
+        request,
+        500,
+        "internal_error",
+        f"internal error (reference {ref}); the details are in the server log",
+        {"reference": ref},
     )
 
 

@@ -243,6 +243,11 @@ class StudyPublic(_Out):
     running_in_background: bool = Field(
         default=False, description="An execution thread of this API process is driving it."
     )
+    estimate: dict[str, Any] | None = Field(
+        default=None,
+        description="On creation only: trials, estimated trial-seconds (one core per trial) and "
+        "the server's budget (NORMFREE_MAX_STUDY_TRIAL_SECONDS).",
+    )
 
 
 class StudyCell(_Out):

@@ -106,7 +106,12 @@ def _candidate_details(c: Any) -> None:
     _details(c.to_dict(), c.lineage.call, c.properties.summary())
 
 
-@candidates.command("show")
+# A formula may start with a minus ("-erf(u)"): unknown "options" are taken as the argument, so
+# it needs no "--" (the command's real options, --json and --name, still work).
+_FORMULA_ARGS = {"ignore_unknown_options": True}
+
+
+@candidates.command("show", context_settings=_FORMULA_ARGS)
 @click.argument("name")
 @json_option
 def show_cmd(name: str, as_json: bool) -> None:
@@ -135,7 +140,7 @@ def show_cmd(name: str, as_json: bool) -> None:
     emit(c.to_dict(), as_json, lambda _: _candidate_details(c))
 
 
-@candidates.command("check")
+@candidates.command("check", context_settings=_FORMULA_ARGS)
 @click.argument("formula")
 @click.option("--name", default=None, help="Name for the candidate (default: the formula).")
 @json_option

@@ -56,19 +56,29 @@ def _scalar(text: str) -> bool | int | float | str:
 def _create_and_maybe_run(
     spec: Any, database_url: str | None, detach: bool, as_json: bool, parallel: int | None
 ) -> None:
+    from normfree.workers.cost import estimate
     from normfree.workers.driver import create_study
 
     settings = settings_for(database_url)
     try:
-        study_id = create_study(spec, settings=settings)
-    except (ValueError, KeyError) as exc:
+        study_id = create_study(spec, settings=settings)  # checks params, overrides and cost
+    except (ValueError, KeyError, ArithmeticError) as exc:
         fail(str(exc), as_json)
+    est = estimate(spec, settings)
     store = open_store(settings)
     progress = store.repo.study_progress(study_id)
-    out: dict[str, Any] = {"study_id": study_id, "kind": spec.kind, "trials": progress["total"]}
+    out: dict[str, Any] = {
+        "study_id": study_id,
+        "kind": spec.kind,
+        "trials": progress["total"],
+        "estimate": est.model_dump(),
+    }
     if not detach:
         if not as_json:
-            click.echo(f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials")
+            click.echo(
+                f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
+                f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
+            )
         out["run"] = run_driver(study_id, settings, as_json, parallel)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
         out.update(_kind_report(spec.kind, store, study_id))
@@ -76,7 +86,8 @@ def _create_and_maybe_run(
     def human(r: dict[str, Any]) -> None:
         if detach:
             click.echo(
-                f"created study {r['study_id']} ({r['trials']} trials planned); "
+                f"created study {r['study_id']} ({r['trials']} trials planned, estimated "
+                f"{r['estimate']['trial_seconds']:,.0f} trial-seconds); "
                 f"run it with `normfree study run {r['study_id']}`"
             )
             return

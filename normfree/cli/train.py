@@ -142,7 +142,7 @@ def train(
         overrides=_parse_sets(sets, as_json),
     )
     try:
-        total = resolve(config).preset.epochs
+        total = resolve(config, allow_paths=True).preset.epochs
     except ValueError as exc:
         fail(str(exc), as_json)
     bar = tqdm(total=total, desc=f"{proxy} {spec.name}", unit="epoch", disable=as_json)
@@ -160,6 +160,7 @@ def train(
             report=report,
             threads=settings.trial_threads,
             device=select_device(settings),
+            allow_paths=True,
         )
     except ValueError as exc:
         fail(str(exc), as_json)

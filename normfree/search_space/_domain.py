@@ -12,7 +12,13 @@ The check is layered so that it is both cheap and hard to fool:
 2. numeric, float64: f and f' on a dense grid over [-100, 100] that contains 0, the integers and the
    exact kink points, plus tiny and moderately large |u|; near-zeros of every denominator are
    refined by bounded minimisation so that 1/(u - 0.3)**2 is caught between grid points;
-3. numeric, float32 (torch) on [-10, 10]: what a kernel will actually compute.
+3. numeric, float32 (numpy, IEEE as the kernels) on [-10, 10]: what a kernel will actually compute;
+4. the rest of the real line: every denominator, log argument and fractional-power base on a
+   log-spaced grid of |u| from 100 to 1e300, where a sign change is a root (refined by brentq and
+   refused: ``1/(exp(u-150)-1)``) and a negative value a non-real power or log
+   (``sqrt(150-abs(u))``); and f's limits at +-infinity by sympy (:mod:`.limits`), which must be
+   real. Only strictly negative values and sign changes count there: a value that underflows to
+   0 (``log(exp(-u)+...)`` far out) is rounding, not a root.
 
 Functions that are finite everywhere but overflow only for large |u| (exp(u), cosh(u) beyond
 |u| ~ 709 in float64) are accepted; their growth is reported by the properties.
@@ -26,6 +32,7 @@ import sympy
 from normfree.search_space._derivative import poly_real_roots
 from normfree.search_space._numeric import evaluate_array, evaluate_numpy
 from normfree.search_space.errors import ExpressionError
+from normfree.search_space.limits import check_real_at_infinity
 
 HINT = (
     "formulas must be finite for every real u; guard the argument yourself, e.g. "
@@ -46,6 +53,43 @@ def domain_grid(extra: list[float] | None = None) -> np.ndarray:
     if extra:
         pts = np.concatenate([pts, np.asarray(extra, dtype=np.float64)])
     return np.unique(pts)
+
+
+# |u| beyond the dense grid: 100 points per decade up to 1e20, then 2 per decade to 1e300.
+_FAR_POS = np.unique(np.concatenate([np.logspace(2, 20, 1801), np.logspace(20, 300, 561)]))
+FAR_GRID = np.concatenate([-_FAR_POS[::-1], _FAR_POS])
+
+
+def _far_sign_change(g: sympy.Expr) -> float | None:
+    """A root of ``g`` beyond |u| = 100: a sign change between neighbouring far points."""
+    for side in (_FAR_POS, -_FAR_POS):
+        with np.errstate(all="ignore"):
+            vals = evaluate_numpy(g, side)
+        ok = np.isfinite(vals) & (vals != 0)
+        idx = np.where(ok[:-1] & ok[1:] & (np.sign(vals[:-1]) != np.sign(vals[1:])))[0]
+        if idx.size:
+            a, b = float(side[idx[0]]), float(side[idx[0] + 1])
+            import scipy.optimize  # here: few formulas get this far, and it costs a CLI 0.3 s
+
+            try:
+                return float(
+                    scipy.optimize.brentq(
+                        lambda t: float(evaluate_numpy(g, np.array([t]))[0]), a, b, maxiter=200
+                    )
+                )
+            except (ValueError, RuntimeError):
+                return a
+    return None
+
+
+def _far_negative(g: sympy.Expr) -> float | None:
+    """A point beyond |u| = 100 where ``g`` is strictly negative (or crosses zero)."""
+    with np.errstate(all="ignore"):
+        vals = evaluate_numpy(g, FAR_GRID)
+    bad = np.where(vals < 0)[0]
+    if bad.size:
+        return float(FAR_GRID[bad[np.argmin(np.abs(FAR_GRID[bad]))]])  # the nearest to 0
+    return _far_sign_change(g)
 
 
 def _fmt(v: float) -> str:
@@ -110,12 +154,23 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
                     raise ExpressionError(
                         f"division by zero: {node} is infinite near u={_fmt(at)}; {HINT}"
                     )
+                at = _far_sign_change(node.base)
+                if at is not None:
+                    raise ExpressionError(
+                        f"division by zero: {node} is infinite near u={_fmt(at)}; {HINT}"
+                    )
             if not node.exp.is_Integer:
                 vals = evaluate_numpy(node.base, grid)
                 bad = np.where(vals < 0)[0]
                 if bad.size:
                     raise ExpressionError(
                         f"{node} is not real at u={_fmt(grid[bad[0]])} (negative base of a "
+                        f"fractional power); {HINT}"
+                    )
+                at = _far_negative(node.base)
+                if at is not None:
+                    raise ExpressionError(
+                        f"{node} is not real near u={_fmt(at)} (negative base of a "
                         f"fractional power); {HINT}"
                     )
         if isinstance(node, sympy.log):
@@ -130,6 +185,8 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
                     f"number); {HINT}"
                 )
             at = _near_zero(arg, grid)
+            if at is None:
+                at = _far_negative(arg)
             if at is not None:
                 raise ExpressionError(f"{node} is not finite near u={_fmt(at)}; {HINT}")
     # 2: the whole function and its derivative on the grid, float64.
@@ -141,6 +198,8 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
                 f"{what} is not finite at u={_fmt(grid[bad[0]])} "
                 f"({'NaN' if np.isnan(vals[bad[0]]) else 'infinite'}); {HINT}"
             )
+    # 4a: the limits at +-infinity must be real (bounded symbolic work, see .limits).
+    check_real_at_infinity(expr)
     # 3: float32, as a kernel computes it. numpy's float32 follows the IEEE rules the kernels
     # do (overflow to inf, inf - inf = NaN), so checking here needs no torch: a formula is
     # checked in the time of its parse, not of a torch import.

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 import sympy
 
+from normfree.search_space.cost import MAX_SWITCHES
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.primitives import BY_NAME, PRIMITIVES
 
@@ -41,6 +42,10 @@ MIN_CONSTANT = 1e-12  # smallest magnitude of a non-zero constant (1e-320 is a t
 MAX_CONSTANT_BITS = 4096  # size of an exact rational constant (((1/3)**32)**32 ... explodes)
 MAX_EXPONENT = 32  # magnitude of a constant exponent
 MAX_ARGS = 8  # arguments of min/max
+
+# Branch points each call adds (see search_space.cost.MAX_SWITCHES): min/max count their
+# arguments, clip its two bounds, the rest one switch each.
+_SWITCHES = {"abs": 1, "sign": 1, "cbrt": 1, "softsign": 1, "relu": 1, "clip": 2, "clamp": 2}
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,7 @@ class _Parser:
         self.i = 0
         self.depth = 0
         self.nodes = 0
+        self.switches = 0
 
     # -- bookkeeping --------------------------------------------------------------------------
     @property
@@ -425,6 +431,15 @@ class _Parser:
                     raise ExpressionError(f"{name}() bounds must be constants", name_tok.pos)
                 if not args[1].value < args[2].value:
                     raise ExpressionError(f"{name}() needs lo < hi", name_tok.pos)
+        self.switches += len(args) if name in ("min", "max") else _SWITCHES.get(name, 0)
+        if self.switches > MAX_SWITCHES:
+            # Before sympy builds the call: Min/Max compare their arguments pairwise, and the
+            # derivative and kink search grow with every switch.
+            raise ExpressionError(
+                f"too many branch points: more than {MAX_SWITCHES} min/max arguments, abs, "
+                "sign and clip in one formula",
+                name_tok.pos,
+            )
         value = None
         if all(a.value is not None for a in args):
             try:

@@ -18,6 +18,7 @@ from normfree.search_space._derivative import kernel_safe_derivative, kink_point
 from normfree.search_space._domain import check_domain
 from normfree.search_space._numeric import disallowed_nodes
 from normfree.search_space._parser import U, parse_expr_text
+from normfree.search_space.cost import check_cost
 from normfree.search_space.errors import ExpressionError
 
 if TYPE_CHECKING:
@@ -186,10 +187,13 @@ def build_candidate(
             f"the formula is undefined or uses unsupported operations ({', '.join(bad)}); "
             "constant sub-expressions must be finite and real"
         )
+    # Printed size first: a power tower is one sympy node but billions of printed operations.
+    check_cost(expr)
     derivative = kernel_safe_derivative(expr)
     bad = disallowed_nodes(derivative)
     if bad:
         raise ExpressionError(f"the derivative uses unsupported operations ({', '.join(bad)})")
+    check_cost(derivative, "its derivative")
     kinks = tuple(sorted({float(c) for c in [*kink_points(expr), *kink_points(derivative)]}))
     check_domain(expr, derivative, list(kinks))
     return Candidate(

@@ -194,7 +194,13 @@ class _CallParser:
         if t.kind != "num":
             raise ExpressionError("transform parameters must be numbers", t.pos)
         self.i += 1
-        return sign * float(Fraction(t.text))
+        try:
+            value = float(Fraction(t.text))
+        except (OverflowError, ValueError, ZeroDivisionError):  # 1e400 has no float
+            raise ExpressionError(
+                f"transform parameter {t.text!r} is not a finite number", t.pos
+            ) from None
+        return sign * value
 
 
 def _is_transform_call(tokens: list[Token]) -> bool:

@@ -2,8 +2,10 @@
 
 Exact (symbolic) where that is cheap and bounded: f(0), f'(0) (from the kernel-safe derivative),
 odd symmetry (when sympy's automatic simplification makes f(-u) + f(u) vanish), and the kinks at
-exact rational roots. Everything else is numeric on fixed grids in float64, with documented
-tolerances, because symbolic limits and root finding can run unboundedly on user input:
+exact rational roots; the limits at +-infinity and the growth label from sympy's limits where the
+expression is small enough for them to be cheap (:mod:`.limits`). Everything else is numeric on
+fixed grids in float64, with documented tolerances, because symbolic limits and root finding can
+run unboundedly on larger user input:
 
 - grids: a dense linear grid over [-50, 50] (step 1e-3 near 0 for the flat region) and a
   log-spaced grid of |u| up to 1e16 for the behaviour at infinity;
@@ -31,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from normfree.search_space._derivative import kink_arguments, kink_points
 from normfree.search_space._numeric import evaluate_numpy, evaluate_point, node_count
 from normfree.search_space._parser import U
+from normfree.search_space.limits import side_from_limits
 
 if TYPE_CHECKING:
     from normfree.search_space.candidate import Candidate
@@ -156,7 +159,15 @@ def _symbolic_limit(expr: sympy.Expr, sign: int) -> float | None:
 
 
 def _side(expr: sympy.Expr, sign: float) -> tuple[bool, float | None, str, float | None]:
-    """(bounded, limit, growth, exponent) towards sign * infinity."""
+    """(bounded, limit, growth, exponent) towards sign * infinity.
+
+    Exact limits decide when sympy can take them (:mod:`.limits`); the decade grid below is the
+    fallback for expressions too large for that or with min/max/clip left in them.
+    """
+    exact = side_from_limits(expr, int(sign))
+    if exact is not None:
+        bounded, lim, growth, p = exact
+        return bounded, None if lim is None else _clean(lim, 9), growth, p
     vals = _f(expr, sign * _DECADES)
     finite = np.isfinite(vals)
     if not np.all(finite):

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import sympy
 
-from normfree.search_space._parser import MAX_CONSTANT, U
+from normfree.search_space._parser import MAX_CONSTANT, MIN_CONSTANT, U
 from normfree.search_space.candidate import (
     Candidate,
     Lineage,
@@ -107,6 +107,11 @@ def _exact(value: float | int | str) -> tuple[float, sympy.Rational]:
     if not math.isfinite(as_float) or abs(as_float) > MAX_CONSTANT:
         raise ExpressionError(
             f"transform parameter {value!r} must be finite and within ±{MAX_CONSTANT:g}"
+        )
+    if as_float != 0 and abs(as_float) < MIN_CONSTANT:  # the parser's rule for every constant
+        raise ExpressionError(
+            f"transform parameter {value!r} is too small: non-zero constants must have "
+            f"magnitude >= {MIN_CONSTANT:g}"
         )
     frac = Fraction(format_param(as_float))
     return as_float, sympy.Rational(frac.numerator, frac.denominator)

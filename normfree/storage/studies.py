@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from normfree.specs import (
     STUDY_STATUSES,
@@ -49,6 +49,12 @@ class StudyRepository(RepositoryBase):
             if row.optuna_study_name is None:
                 row.optuna_study_name = f"normfree-study-{row.id}"
             return row.id
+
+    def delete_study(self, study_id: int) -> None:
+        """Remove a study that never ran, with its trial rows: the undo of a failed creation."""
+        with self.db.session() as s:
+            s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
+            s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
     def get_study(self, study_id: int) -> dict[str, Any] | None:
         """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""

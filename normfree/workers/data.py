@@ -11,8 +11,8 @@ Built in (all small, real or deterministically generated, so a trial runs on one
 User data (for CIFAR-10/ImageNet on a cluster): an ``.npz`` file with keys ``x`` (N, H, W),
 (N, H, W, C) or (N, C, H, W) and ``y`` (N,) integer labels (optional ``x_val/y_val/x_test/y_test``
 give the splits), or an image folder with one sub-folder per class (read with Pillow). Pass a
-path, ``npz:<path>`` / ``folder:<path>``, or a bare name looked up as ``<data_dir>/<name>.npz`` or
-``<data_dir>/<name>/`` (``NORMFREE_DATA_DIR``).
+name looked up as ``<data_root>/<name>.npz`` or ``<data_root>/<name>/`` (``NORMFREE_DATA_ROOT``);
+paths (``npz:<path>``, ``folder:<path>``) only from ``normfree train`` (see :func:`get_dataset`).
 
 Every dataset is returned as float32 arrays in [0, 1] shaped (N, C, H, W) (MNIST-1D as
 (N, 1, 1, 40)) with int64 labels. Splits are fixed by a seed that is NOT the trial seed: the
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from normfree.settings import get_settings
+from normfree.workers.errors import ConfigError
 
 SPLIT_SEED = 0  # fixes which examples are train/val/test, independently of the trial seed
 
@@ -246,29 +248,81 @@ def load_image_folder(root: str | Path, size: int | None = None) -> Dataset:
     return _make(root.name, x, y, num_classes=len(classes))
 
 
-@lru_cache(maxsize=16)
-def get_dataset(name: str) -> Dataset:
-    """Resolve a dataset by registry name, ``npz:``/``folder:`` prefix, path, or data_dir name.
+# A registered dataset name: letters, digits, "_" and "-" (no dots, no slashes): it can only
+# ever name an entry directly inside the data root.
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
+
+def _unknown(name: str, root: Path) -> ConfigError:
+    return ConfigError(
+        f"unknown dataset {name[:80]!r}: built-ins are {sorted(DATASETS)}, or the name of an "
+        f"<name>.npz file or <name>/ image folder in the data root {root} (NORMFREE_DATA_ROOT)"
+    )
+
+
+def data_root_entry(name: str, root: Path | None = None) -> Path:
+    """The file or folder a registered name stands for, inside the data root, or ConfigError.
+
+    Names, never paths: only :data:`DATASET_NAME` passes, and the entry, with every symlink
+    resolved, must still lie inside the (resolved) root, so neither ``..`` nor a link that points
+    elsewhere can reach a file outside it.
+    """
+    root = (root if root is not None else get_settings().data_root).resolve()
+    if not isinstance(name, str) or not DATASET_NAME.fullmatch(name):
+        raise ConfigError(
+            f"dataset {str(name)[:80]!r} is not a dataset name (letters, digits, '_' and '-'): "
+            "paths are not accepted here; put the file in the data root (NORMFREE_DATA_ROOT) "
+            "and give its name"
+        )
+    for entry in (root / f"{name}.npz", root / name):
+        real = entry.resolve()
+        if not real.is_relative_to(root):
+            raise ConfigError(f"dataset {name!r} points outside the data root")
+        is_npz = entry.suffix == ".npz"
+        if (is_npz and real.is_file()) or (not is_npz and real.is_dir()):
+            return real
+    raise _unknown(name, root)
+
+
+def check_dataset(name: str, root: Path | None = None) -> None:
+    """Raise ConfigError unless ``name`` is a built-in or a dataset in the data root."""
+    if name not in DATASETS:
+        data_root_entry(name, root)
+
+
+def list_datasets() -> list[str]:
+    """Every registered dataset name: the built-ins and the data root's entries."""
+    names = set(DATASETS)
+    root = get_settings().data_root
+    if root.is_dir():
+        for entry in root.iterdir():
+            name = entry.name[:-4] if entry.name.endswith(".npz") else entry.name
+            if DATASET_NAME.fullmatch(name):
+                names.add(name)
+    return sorted(names)
+
+
+@lru_cache(maxsize=16)
+def get_dataset(name: str, allow_paths: bool = False) -> Dataset:
+    """Resolve a dataset: a built-in, or a name in the data root; paths only with ``allow_paths``.
+
+    Trials from studies (REST or CLI) resolve names only, so a study can never make a worker
+    open an arbitrary file. ``allow_paths`` is for ``normfree train --dataset PATH``, which runs
+    in the caller's own process with the caller's own rights: there ``npz:<path>``,
+    ``folder:<path>``, an ``.npz`` path or an image folder are read as given.
     Cached per process: a worker running many trials loads each dataset once.
     """
     if name in DATASETS:
         return load_builtin(name)
-    if name.startswith("npz:"):
-        return load_npz(name[4:])
-    if name.startswith("folder:"):
-        return load_image_folder(name[7:])
-    path = Path(name)
-    if path.suffix == ".npz" and path.is_file():
-        return load_npz(path)
-    if path.is_dir():
-        return load_image_folder(path)
-    data_dir = get_settings().data_dir
-    if (data_dir / f"{name}.npz").is_file():
-        return load_npz(data_dir / f"{name}.npz")
-    if (data_dir / name).is_dir():
-        return load_image_folder(data_dir / name)
-    raise ValueError(
-        f"unknown dataset {name!r}: built-ins are {sorted(DATASETS)}; or give an .npz path, an "
-        f"image folder, or a name under {data_dir}"
-    )
+    if allow_paths:
+        if name.startswith("npz:"):
+            return load_npz(name[4:])
+        if name.startswith("folder:"):
+            return load_image_folder(name[7:])
+        path = Path(name)
+        if path.suffix == ".npz" and path.is_file():
+            return load_npz(path)
+        if path.is_dir():
+            return load_image_folder(path)
+    entry = data_root_entry(name)
+    return load_npz(entry) if entry.suffix == ".npz" else load_image_folder(entry)

@@ -24,6 +24,7 @@ statuses: the driver stops leasing at once, running tasks read the status at the
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -39,11 +40,14 @@ from normfree.specs import TERMINAL_TRIAL_STATUSES, StudySpec
 from normfree.storage import LeasedTrial
 from normfree.workers import kinds
 from normfree.workers import scheduling as sch
+from normfree.workers.cost import check_study
+from normfree.workers.errors import failure_reason
 from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
 
 __all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+log = logging.getLogger(__name__)
 
 # Row states after which nothing runs again (and Optuna must have been told).
 _TERMINAL = TERMINAL_TRIAL_STATUSES
@@ -75,6 +79,7 @@ def create_study(
     Planning errors (unknown transform, empty grid) raise before anything is written.
     """
     settings = settings or get_settings()
+    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     store = store or TrialStore(
         settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
     )
@@ -82,11 +87,30 @@ def create_study(
     kind = kinds.get(spec.kind)
     kind.validate(spec)
     planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run
+    # Two stores (ours and Optuna's) cannot share a transaction: the study is written, and on
+    # any failure both are removed again, so a study exists whole or not at all.
     study_id = store.repo.create_study(spec)
-    _load_optuna(store, spec, study_id)
-    if planned:
-        store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
+    try:
+        _load_optuna(store, spec, study_id)
+        if planned:
+            store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
+    except BaseException:
+        _undo_create(store, study_id)
+        raise
     return study_id
+
+
+def _undo_create(store: TrialStore, study_id: int) -> None:
+    """Remove a half-created study from both stores (best effort; the error that got us here is
+    the one the caller sees)."""
+    try:
+        optuna.delete_study(study_name=optuna_study_name(study_id), storage=store.optuna_storage())
+    except Exception:  # never created, or already gone
+        log.debug("no Optuna study to remove for study %s", study_id, exc_info=True)
+    try:
+        store.repo.delete_study(study_id)
+    except Exception:
+        log.exception("could not remove the half-created study %s", study_id)
 
 
 @dataclass
@@ -228,7 +252,9 @@ class StudyDriver:
         try:
             outcome: JobOutcome = self.executor.get(ref)
         except Exception as exc:  # worker killed, node lost, exception in the trainer
-            reason = f"attempt {attempt}: {type(exc).__name__}: {str(exc).strip()[:1500]}"
+            # One public line with a reference id; the traceback goes to the log (and, after
+            # that line, to token holders only: see api.security).
+            reason = failure_reason(attempt, exc, trial_id=trial_id)
             self.store.repo.fail_trial(trial_id, self.owner, attempt, reason, retry=True)
             row = self.store.repo.get_trial(trial_id)
             assert row is not None

@@ -41,6 +41,8 @@ from typing import Any, Literal
 from normfree.settings import Settings, get_settings
 from normfree.specs import EpochRecord, TrialConfig
 from normfree.storage.handle import Storage
+from normfree.workers import localray
+from normfree.workers.errors import ConfigError, failure_reason
 
 __all__ = ["JobOutcome", "RayExecutor", "TrialJob", "run_trial_job"]
 
@@ -156,7 +158,8 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
     """Run one leased trial to its end and write the result under the lease. Pure Python.
 
     The Ray task is a thin wrapper around this function, so tests and benchmarks can also call it
-    in-process. Exceptions from the trainer propagate: the driver turns them into a retry.
+    in-process. A ConfigError (the config itself is invalid) fails the trial here, once, with its
+    reason; other exceptions propagate and the driver turns them into a retry.
     """
     t0 = time.perf_counter()
     if job.marker_dir:
@@ -182,6 +185,13 @@ def run_trial_job(job: TrialJob) -> JobOutcome:
 
     try:
         return _train_and_write(job, store, stop, done, t0)
+    except ConfigError as exc:
+        # The config itself is wrong: another attempt would fail the same way. FAILED now, with
+        # the reason (normfree's own message, public), instead of max_attempts tracebacks.
+        reason = failure_reason(job.attempt, exc, trial_id=job.trial_id)
+        ok = repo.fail_trial(job.trial_id, job.owner, job.attempt, reason, retry=False)
+        wall = time.perf_counter() - t0
+        return JobOutcome(job.trial_id, job.attempt, "FAILED", ok, None, None, worker_name(), wall)
     finally:
         done.set()  # whatever happens, this process stops renewing the lease
         beat.join(timeout=5)
@@ -277,8 +287,9 @@ class RayExecutor:
 
     ``settings.ray_address`` set: join that cluster (the trials run wherever Ray places them).
     Unset: start a private local cluster (``address="local"``, so a stale cluster file cannot make
-    us join a dead cluster), capped object store, no dashboard (it costs ~1 GB). Only a cluster
-    this object started is shut down by it; never ``ray stop``.
+    us join a dead cluster), bound to 127.0.0.1 only, capped object store, no dashboard (it costs
+    ~1 GB), stopped with every process it started (see :mod:`normfree.workers.localray`). Only a
+    cluster this object started is shut down by it; never ``ray stop``.
     """
 
     def __init__(
@@ -306,8 +317,8 @@ class RayExecutor:
                     runtime_env=env,
                 )
             else:
-                ray.init(
-                    address="local",
+                # Private, loopback-only, and stopped whole on exit (workers.localray).
+                localray.start(
                     num_cpus=self.num_cpus or os.cpu_count() or 1,
                     num_gpus=0 if not self.settings.trial_gpus else None,
                     object_store_memory=self.settings.ray_object_store_bytes,
@@ -363,6 +374,6 @@ class RayExecutor:
         import ray
 
         if self.owns_cluster and ray.is_initialized():
-            ray.shutdown()
+            localray.stop()
         self.owns_cluster = False
         self._remote = None

@@ -168,9 +168,15 @@ class StudyRunner:
             try:
                 self._drive(study_id)
                 self.errors.pop(study_id, None)
-            except Exception as exc:  # keep serving; the study page shows the reason
-                log.exception("study %s stopped with an error", study_id)
-                self.errors[study_id] = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # keep serving; the study page shows one line
+                from normfree.workers.errors import new_reference
+
+                ref = new_reference()
+                log.exception("study %s stopped with an error [ref %s]", study_id, ref)
+                self.errors[study_id] = (
+                    f"the study's driver stopped with {type(exc).__name__} [ref {ref}]; "
+                    "the details are in the server log"
+                )
             finally:
                 with self._lock:
                     if study_id in self._again:

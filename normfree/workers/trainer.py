@@ -43,6 +43,7 @@ from normfree.specs import (
 )
 from normfree.workers import diagnostics
 from normfree.workers.data import Dataset, get_dataset
+from normfree.workers.errors import ConfigError
 from normfree.workers.proxies import PROXIES, Preset, get_preset
 from normfree.workers.proxies.configs import resolve_zero_init_final
 from normfree.workers.proxies.dit import Diffusion
@@ -148,8 +149,21 @@ PRESET_OVERRIDABLE = (
 )
 
 
-def resolve(config: TrialConfig) -> Resolved:
-    """Apply the TrialConfig to its preset; raises ValueError on anything invalid."""
+def resolve(config: TrialConfig, *, allow_paths: bool = False) -> Resolved:
+    """Apply the TrialConfig to its preset; raises ConfigError (a ValueError) on anything invalid.
+
+    ``allow_paths``: the dataset may be a file path (``normfree train`` only, see
+    ``data.get_dataset``); studies resolve dataset names only.
+    """
+    try:
+        return _resolve(config, allow_paths)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:  # the config's fault: retrying cannot help
+        raise ConfigError(str(exc)) from exc
+
+
+def _resolve(config: TrialConfig, allow_paths: bool) -> Resolved:
     preset = get_preset(config.proxy)
     upd: dict[str, Any] = {}
     for k in ("dataset", "epochs", "lr", "weight_decay", "warmup_epochs"):
@@ -157,7 +171,7 @@ def resolve(config: TrialConfig) -> Resolved:
         if v is not None:
             upd[k] = v
     cfg = preset.config
-    data = get_dataset(upd.get("dataset", preset.dataset))
+    data = get_dataset(upd.get("dataset", preset.dataset), allow_paths)
     c, h, w = data.image_shape
     shape_upd = {"in_chans": c, "img_size": h, "img_width": 0 if w == h else w}
     shape_upd["num_classes"] = data.num_classes
@@ -478,15 +492,17 @@ def train_trial(
     *,
     threads: int = 1,
     device: str | torch.device = "cpu",
+    allow_paths: bool = False,
 ) -> TrialResult:
     """Train ``config.proxy`` with ``config.norm`` in every slot; see the module docstring.
 
     ``threads`` and ``device`` are where it runs, not what it computes; the caller decides them
     (a Ray task from its settings, see :func:`select_device`), so this function reads no
-    settings and two calls with the same arguments do the same work.
+    settings and two calls with the same arguments do the same work. ``allow_paths`` lets the
+    dataset be a file path (``normfree train``; see ``resolve``).
     """
     t_start = time.perf_counter()
-    res = resolve(config)  # ValueError for invalid configs, before any work
+    res = resolve(config, allow_paths=allow_paths)  # ConfigError before any work
     p = res.preset
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():

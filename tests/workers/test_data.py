@@ -58,7 +58,7 @@ def test_npz_loader_scales_and_splits(tmp_path):
     y = np.arange(60) % 3
     path = tmp_path / "toy.npz"
     np.savez(path, x=x, y=y)
-    d = data.get_dataset(str(path))
+    d = data.get_dataset(str(path), allow_paths=True)  # normfree train's path
     assert d.image_shape == (3, 6, 6)
     assert d.x_train.dtype == np.float32 and d.x_train.max() <= 1.0
     assert sum(d.sizes().values()) == 60 and d.num_classes == 3
@@ -99,3 +99,20 @@ def test_image_folder(tmp_path):
 def test_unknown_dataset():
     with pytest.raises(ValueError, match="unknown dataset"):
         data.get_dataset("no-such-dataset")
+
+
+def test_studies_read_names_inside_the_data_root_only(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    np.savez(root / "mine.npz", x=np.zeros((30, 4, 4)), y=np.arange(30) % 3)
+    (root / "link.npz").symlink_to(tmp_path / "outside.npz")
+    np.savez(tmp_path / "outside.npz", x=np.zeros((30, 4, 4)), y=np.arange(30) % 3)
+    assert data.data_root_entry("mine", root) == (root / "mine.npz").resolve()
+    for bad in ("../outside", "/etc/passwd", "npz:/etc/shadow", "folder:/root", "a/b", ".."):
+        with pytest.raises(data.ConfigError, match="not a dataset name"):
+            data.data_root_entry(bad, root)
+    with pytest.raises(data.ConfigError, match="outside the data root"):
+        data.data_root_entry("link", root)
+    # Without allow_paths a path is a name, and not a valid one.
+    with pytest.raises(data.ConfigError):
+        data.get_dataset(str(tmp_path / "outside.npz"))

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
 
-from normfree.api import cache, prescreens, reads, services
+from normfree.api import cache, prescreens, reads, security, services
 from normfree.api.deps import Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
@@ -107,12 +107,16 @@ def list_candidates(
 
 @router.get("/{name}", response_model=CandidateDetail, responses={404: {"model": ErrorBody}})
 def get_candidate(
+    request: Request,
     state: StateDep,
     _reader: Reader,
     name: Annotated[str, Path(max_length=300, description="Name or transform call.")],
 ) -> CandidateDetail:
     """One candidate (a catalog name, a transform call like ``shift_h(erf, 0.5)``, or a stored
-    user name) with f and f' on u in [-5, 5] and its leaderboard rows across proxies."""
+    user name) with f and f' on u in [-5, 5] and its leaderboard rows across proxies.
+
+    Names that must be parsed are rate-limited per anonymous client (429, see api.security)."""
+    security.limit_costly_name(request, name)
     cand, pub = services.get_candidate_object(state, name)
     return CandidateDetail(
         **pub.model_dump(),
@@ -124,6 +128,7 @@ def get_candidate(
 
 @router.get("/{name}/results", response_model=list[dict], responses={404: {"model": ErrorBody}})
 def get_candidate_results(
+    request: Request,
     state: StateDep,
     _reader: Reader,
     name: Annotated[str, Path(max_length=300, description="Name or transform call.")],
@@ -131,5 +136,6 @@ def get_candidate_results(
     """The leaderboard rows of every arm that ran this function, across proxies: arms with
     options (``erf [shift=scalar]``), and other names of the same function (a stored duplicate,
     or a transform that is the identity: ``shift_h(erf, 0)`` is erf)."""
+    security.limit_costly_name(request, name)
     _cand, pub = services.get_candidate_object(state, name)
     return reads.candidate_results(state, pub.name, pub.fingerprint)

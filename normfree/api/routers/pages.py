@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
-from normfree.api import cache, fidelity, plots, prescreens, reads, services
+from normfree.api import cache, fidelity, plots, prescreens, reads, security, services
 from normfree.api.deps import Reader, StateDep, check_token
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.schemas import CandidateCreate
@@ -136,6 +136,7 @@ def page_candidate(
     request: Request, state: StateDep, _reader: Reader, name: Annotated[str, Path(max_length=300)]
 ) -> Response:
     """f and f', properties, prescreen (for stored submissions) and results across proxies."""
+    security.limit_costly_name(request, name)
     cand, pub = services.get_candidate_object(state, name)
     plot = services.candidate_plot(cand)
     figure = None

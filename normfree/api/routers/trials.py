@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from normfree.api import cache, reads, services
+from normfree.api import cache, reads, security, services
 from normfree.api.deps import Reader, StateDep
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import TrialPublic
@@ -20,12 +20,17 @@ TrialId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: TrialId) -> Response:
     """A trial's config, status, final metrics, per-epoch curves and per-layer diagnostics.
 
-    Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304)."""
+    Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304).
+    A failed trial's ``error`` is one line with a reference id; a request with a valid token
+    gets the full text (traceback included) after it."""
     key = reads.trial_key(state, trial_id)
+    private = security.is_token_holder(request)
+    if private:  # a different body: a different ETag
+        key = (("private", key[0]), key[1])
     return cache.respond(
         request,
         state.cache,
         key,
-        lambda: cache.json_body(services.get_trial(state, trial_id)),
+        lambda: cache.json_body(services.get_trial(state, trial_id, private=private)),
         store=False,
     )

@@ -125,11 +125,17 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
 
 def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
     spec = validate_study(data)
+    from normfree.workers.cost import check_study
     from normfree.workers.driver import create_study as engine_create_study
 
     try:
+        estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
+    except ValueError as exc:
+        problems = str(exc).split("; ")
+        raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
+    try:
         study_id = engine_create_study(spec, settings=state.settings)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
         raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
@@ -137,7 +143,7 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
         state.runner.submit(study_id)
     row = state.repo.get_study(study_id)
     assert row is not None
-    return _study_public(state, row)
+    return _study_public(state, row).model_copy(update={"estimate": estimate.model_dump()})
 
 
 def list_studies(

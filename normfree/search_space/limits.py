@@ -1,0 +1,114 @@
+"""f at +-infinity from sympy's limits, where they are cheap, with the growth label they imply.
+
+The numeric reading of a function's tails (sup |f| per decade up to |u| = 1e16, in
+:mod:`.properties`) is fooled by anything that happens beyond its grid or overflows on it: a
+root past the grid, a NaN from inf - inf. An exact limit is not, so it decides whenever sympy can
+take it on a small expression:
+
+- ``lim f`` finite: bounded, with that limit; an ``AccumBounds`` (sin): bounded, no limit;
+- ``lim f = +-oo``: unbounded, and ``q = lim log|f| / log|u|`` names the growth: 0 logarithmic,
+  0 < q < 1 a sub-linear power q, 1 linear, q > 1 super-linear, oo exponential;
+- a limit that is not real (``sqrt(150 - abs(u))`` tends to ``oo*I``) means f leaves the real line
+  out there: the domain rule refuses it (:func:`check_real_at_infinity`).
+
+Guarded like every other symbolic step: only expressions of at most :data:`MAX_LIMIT_NODES`
+nodes with no min/max/piecewise left once ``u = +-p`` (p > 0) is substituted (``abs`` and ``sign``
+evaluate away there), and any failure of sympy means "unknown", never an error: the numeric
+reading then stands.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from normfree.search_space._numeric import node_count
+from normfree.search_space._parser import U
+from normfree.search_space.errors import ExpressionError
+
+MAX_LIMIT_NODES = 40
+_P = sympy.Symbol("p", positive=True)
+_SIDES = {1: "+inf", -1: "-inf"}
+
+
+def _tail(expr: sympy.Expr, sign: int) -> sympy.Expr | None:
+    e = expr.xreplace({U: sign * _P})
+    if node_count(e) > MAX_LIMIT_NODES or e.has(sympy.Min, sympy.Max, sympy.Piecewise):
+        return None
+    if e.has(sympy.sign, sympy.Abs):  # only when they did not evaluate away
+        return None
+    return e
+
+
+def _limit(e: sympy.Expr) -> sympy.Basic | None:
+    try:
+        return sympy.limit(e, _P, sympy.oo)
+    except Exception:  # sympy gives up in many ways (NotImplementedError, ValueError, ...)
+        return None
+
+
+def limit_at_infinity(expr: sympy.Expr, sign: int) -> sympy.Basic | None:
+    """``lim f(u)`` as ``u -> sign*oo`` by sympy; None when not attempted or not found."""
+    e = _tail(expr, sign)
+    return None if e is None else _limit(e)
+
+
+def _real_number(v: sympy.Basic) -> float | None:
+    try:
+        x = complex(v)
+    except (TypeError, ValueError):
+        return None
+    return x.real if x.imag == 0 and math.isfinite(x.real) else None
+
+
+def side_from_limits(
+    expr: sympy.Expr, sign: int
+) -> tuple[bool, float | None, str, float | None] | None:
+    """(bounded, limit, growth, exponent) towards ``sign*oo`` from limits, or None (unknown)."""
+    e = _tail(expr, sign)
+    if e is None:
+        return None
+    lim = _limit(e)
+    if lim is None:
+        return None
+    if isinstance(lim, sympy.AccumBounds):
+        lo, hi = _real_number(lim.min), _real_number(lim.max)
+        return (True, None, "bounded", None) if lo is not None and hi is not None else None
+    value = _real_number(lim)
+    if value is not None:
+        return True, value, "bounded", None
+    if lim not in (sympy.oo, -sympy.oo):
+        return None
+    q = _limit(sympy.log(sympy.Abs(e)) / sympy.log(_P))
+    if q is None:
+        return None
+    if q == sympy.oo:
+        return False, None, "exponential", None
+    qv = _real_number(q)
+    if qv is None or qv < 0:
+        return None
+    if qv == 0:
+        return False, None, "logarithmic", None
+    if qv < 1:
+        return False, None, "sub-linear power", round(qv, 3)
+    if qv == 1:
+        return False, None, "linear", 1.0
+    return False, None, "super-linear", round(qv, 3)
+
+
+def check_real_at_infinity(expr: sympy.Expr) -> None:
+    """Refuse f whose limit at +-infinity is not real (it left the real line out there)."""
+    for sign in (1, -1):
+        lim = limit_at_infinity(expr, sign)
+        if lim is None or lim.is_extended_real or isinstance(lim, sympy.AccumBounds):
+            continue
+        if lim.has(sympy.I) or lim is sympy.nan:
+            raise ExpressionError(
+                f"the formula is not real as u -> {_SIDES[sign]} (its limit there is {lim}); "
+                "formulas must be finite and real for every real u, e.g. use abs() inside "
+                "sqrt and log"
+            )
+
+
+__all__ = ["check_real_at_infinity", "limit_at_infinity", "side_from_limits"]

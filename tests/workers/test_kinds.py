@@ -20,13 +20,17 @@ def test_every_kind_is_registered_once() -> None:
 
 
 def test_params_are_typed_per_kind() -> None:
-    spec = StudySpec(
-        kind="search", proxy="vit-tiny", params={"alpha0_range": [0.1, 2], "seed0": "3"}
-    )
+    spec = StudySpec(kind="search", proxy="vit-tiny", params={"alpha0_range": [0.1, 2], "seed0": 3})
     params = kinds.get("search").params(spec)
-    assert params.alpha0_range == (0.1, 2.0) and params.seed0 == 3 and params.top_arms == 3
-    with pytest.raises(ValueError):
-        kinds.get("search").params(StudySpec(kind="search", proxy="p", params={"top_arms": "x"}))
+    assert params.alpha0_range == (0.1, 2.0) and params.seed0 == 3 and params.top_arms is None
+    for bad in ({"top_arms": "x"}, {"seed0": "3"}, {"affine": "no"}, {"lr": -1.0}):
+        with pytest.raises(ValueError):
+            kinds.get("search").params(StudySpec(kind="search", proxy="p", params=bad))
+    # one model types every kind's keys (workers.cost checks requests with it)
+    assert set(kinds.StudyParams.model_fields) == kinds.param_names() - {
+        "generations", "population", "children", "tournament", "p_crossover", "constraints",
+        "max_size", "max_depth", "max_proposals", "max_prescreen", "prescreen",
+    }  # fmt: skip
     names = kinds.param_names()
     assert {"seed0", "untransformed_cell", "lr_range", "generations", "constraints"} <= names
     assert "untransformed_cell" not in kinds.get("search").param_names()
@@ -62,3 +66,20 @@ def test_each_kind_says_what_a_request_lacks() -> None:
         kinds.get("generate").validate(
             StudySpec(kind="generate", proxy="vit-tiny", params={"constraints": "bounded and"})
         )
+
+
+def test_every_kind_is_costed() -> None:
+    """The cost gate asks the kind how many trials it will run (a grid's own, else a budget)."""
+    from normfree.workers.cost import estimate
+
+    search = StudySpec(
+        kind="search", proxy="vit-tiny", functions=["erf", "tanh"], n_trials=4,
+        extra_seeds_for_top=2, params={"top_arms": 1},
+    )  # fmt: skip
+    assert len(kinds.get("search").budget(search)) == 4 + 1 * 2
+    gen = StudySpec(kind="generate", proxy="vit-tiny", seeds=2, params={"generations": 1})
+    assert len(kinds.get("generate").budget(gen)) == kinds.get("generate").trial_count(gen)
+    grid = StudySpec(kind="options", proxy="vit-tiny", functions=["erf"], options={"alpha0": [1]})
+    assert len(kinds.get("options").budget(grid)) == len(kinds.get("options").plan(grid))
+    for spec in (search, gen, grid):
+        assert estimate(spec).trial_seconds > 0

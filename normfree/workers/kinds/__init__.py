@@ -9,12 +9,17 @@ below, plus its name in ``specs.StudyKind`` and its tests.
 from __future__ import annotations
 
 from normfree.workers.kinds.base import CommonParams, StudyKind
-from normfree.workers.kinds.generate import GenerateKind
+from normfree.workers.kinds.generate import GenerateKind, GenerateKindParams
 from normfree.workers.kinds.options import OptionsKind
-from normfree.workers.kinds.property import PropertyKind
-from normfree.workers.kinds.search import SearchKind
+from normfree.workers.kinds.property import PropertyKind, PropertyParams
+from normfree.workers.kinds.search import SearchKind, SearchParams
 
 KINDS: dict[str, StudyKind] = {}
+
+
+class StudyParams(PropertyParams, SearchParams, GenerateKindParams):
+    """Every kind's typed keys at once: what ``workers.cost`` checks a request's params with
+    (a key is typed wherever it is defined, whatever the study's kind)."""
 
 
 def register(kind: StudyKind) -> StudyKind:
@@ -44,4 +49,12 @@ def param_names() -> frozenset[str]:
 for _kind in (PropertyKind(), OptionsKind(), SearchKind(), GenerateKind()):
     register(_kind)
 
-__all__ = ["KINDS", "CommonParams", "StudyKind", "get", "param_names", "register"]
+__all__ = [
+    "KINDS",
+    "CommonParams",
+    "StudyKind",
+    "StudyParams",
+    "get",
+    "param_names",
+    "register",
+]

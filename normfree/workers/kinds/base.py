@@ -15,9 +15,9 @@ from __future__ import annotations
 from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from normfree.specs import Scalar, StudySpec
+from normfree.specs import Scalar, StudySpec, TrialConfig
 
 if TYPE_CHECKING:
     import optuna
@@ -26,26 +26,39 @@ if TYPE_CHECKING:
     from normfree.workers.scheduling import PlannedTrial
 
 
+# The largest seed a trial key, Optuna and every supported database store as an integer.
+MAX_SEED = 2**31 - 1
+MAX_EPOCHS = 1000
+
+
 class CommonParams(BaseModel):
-    """``StudySpec.params`` keys every kind reads (``workers.scheduling.base_config``)."""
+    """``StudySpec.params`` keys every kind reads (``workers.scheduling.base_config``), strictly
+    typed and bounded: ``"affine": "no"`` is not a boolean, ``seed0: 1.5`` not an integer, and
+    an lr of -1 or 1e308 or a seed that would not fit the database's integer are refused.
 
-    model_config = ConfigDict(extra="allow")
+    Keys of other kinds pass through (``extra="allow"``); ``StudyParams`` types them all.
+    Defaults are None where the engine has its own (``scheduling``), so "not given" stays visible.
+    """
 
-    seed0: int = 0  # the first of the study's paired seeds
-    dataset: str | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    warmup_epochs: float | None = None
-    overrides: dict[str, Scalar] = {}
-    affine: bool | None = None  # gamma/beta on every norm, baselines included
-    sampler_seed: int = 0
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    seed0: StrictInt = Field(default=0, ge=0, le=MAX_SEED)  # the first of the paired seeds
+    dataset: str | None = Field(default=None, max_length=64)
+    lr: float | None = Field(default=None, gt=0, le=10.0)
+    weight_decay: float | None = Field(default=None, ge=0, le=10.0)
+    warmup_epochs: float | None = Field(default=None, ge=0, le=MAX_EPOCHS)
+    overrides: dict[str, Scalar] = Field(default_factory=dict, max_length=16)
+    affine: StrictBool | None = None  # gamma/beta on every norm, baselines included
+    sampler_seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
 
 
 class PruningParams(CommonParams):
     """Keys of the kinds whose trials a pruner may stop (``scheduling.epoch_pruner``)."""
 
-    reduction_factor: int = 3  # successive halving / hyperband
-    min_resource: int | None = None  # epochs before any pruning verdict (default: budget / 4)
+    # successive halving / hyperband (default 3)
+    reduction_factor: StrictInt | None = Field(default=None, ge=2, le=100)
+    # epochs before any pruning verdict (default: a quarter of the budget)
+    min_resource: StrictInt | None = Field(default=None, ge=1, le=MAX_EPOCHS)
 
 
 def needs_functions(spec: StudySpec) -> list[str]:
@@ -93,6 +106,20 @@ class StudyKind(ABC):
         for values in spec.options.values():
             n *= len(values)
         return n * spec.seeds
+
+    def budget(self, spec: StudySpec) -> list[TrialConfig]:
+        """The configs the study will train at most, for the cost estimate (``workers.cost``):
+        a grid's own, else ``budget_trials`` copies of a typical trial."""
+        if self.grid:
+            return [p.config for p in self.plan(spec)]
+        from normfree.workers.scheduling import base_config, norm_spec
+
+        typical = TrialConfig(**base_config(spec), norm=norm_spec("erf", spec), seed=0)
+        return [typical] * self.budget_trials(spec)
+
+    def budget_trials(self, spec: StudySpec) -> int:
+        """How many trials a kind that is not a grid runs at most."""
+        return self.trial_count(spec)
 
     # -- planning and reacting ---------------------------------------------------------------
     def plan(self, spec: StudySpec) -> list[PlannedTrial]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import Field
+
 from normfree.specs import StudySpec
 from normfree.workers.kinds.base import CommonParams, PruningParams, StudyKind
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 class GenerateKindParams(PruningParams):
     """The common keys plus every option of the evolution (``evolution.GenerateOptions``)."""
 
-    alpha0: float | None = None  # a fixed alpha0 for every discovered candidate
+    alpha0: float | None = Field(default=None, gt=0, le=100.0)  # fixed for every discovered one
 
 
 def _options_fields() -> set[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import StrictBool
+
 from normfree.specs import StudySpec
 from normfree.workers.kinds.base import CommonParams, StudyKind, needs_functions
 from normfree.workers.scheduling import PlannedTrial, plan_cells, property_cells
@@ -15,7 +17,7 @@ from normfree.workers.scheduling import PlannedTrial, plan_cells, property_cells
 
 class PropertyParams(CommonParams):
     # The function itself (or t(f) for a parameterless transform such as sign_flip) as a cell.
-    untransformed_cell: bool = False
+    untransformed_cell: StrictBool | None = None
 
 
 class PropertyKind(StudyKind):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
+from pydantic import Field, StrictInt
 
 from normfree.specs import StudySpec
 from normfree.workers import scheduling as sch
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 class SearchParams(PruningParams):
     alpha0_range: tuple[float, float] | None = None  # log-uniform alpha0 as a search dimension
     lr_range: tuple[float, float] | None = None  # log-uniform learning rate
-    n_startup_trials: int = 5  # TPE's random start
-    top_arms: int = 3  # how many best arms get extra seeds
+    n_startup_trials: StrictInt | None = Field(default=None, ge=0, le=1000)  # TPE's start (5)
+    top_arms: StrictInt | None = Field(default=None, ge=1, le=100)  # arms given extra seeds (3)
 
 
 class SearchKind(StudyKind):
@@ -35,6 +36,11 @@ class SearchKind(StudyKind):
 
     def validate(self, spec: StudySpec) -> None:
         sch.search_distributions(spec)  # the candidate list and the ranges, early
+
+    def budget_trials(self, spec: StudySpec) -> int:
+        """The driver's asks (default: one per candidate) plus the top arms' extra seeds."""
+        n = spec.n_trials or len(sch.search_functions(spec))
+        return n + int(spec.params.get("top_arms", 3)) * spec.extra_seeds_for_top
 
     def sampler(self, spec: StudySpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
         if spec.sampler == "tpe":

@@ -120,6 +120,14 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def where_equal(query: Any, model: Any, **filters: Any) -> Any:
+    """``query`` narrowed to rows whose columns equal the given values (None: no filter)."""
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(getattr(model, column) == value)
+    return query
+
+
 def _columns(row: Any, names: str) -> dict[str, Any]:
     """The named attributes of an ORM row, as they are (``names``: space-separated)."""
     return {name: getattr(row, name) for name in names.split()}

@@ -17,6 +17,7 @@ from normfree.storage._common import (
     _candidate_dict,
     _field,
     _jsonable,
+    where_equal,
 )
 from normfree.storage.models import (
     CandidateRow,
@@ -96,15 +97,14 @@ class CandidateRepository(RepositoryBase):
         offset: int = 0,
     ) -> list[dict[str, Any]]:
         """Candidates by name, filtered; ``properties`` matches property values exactly."""
-        q = select(CandidateRow).order_by(CandidateRow.name)
-        if group is not None:
-            q = q.where(CandidateRow.group == group)
-        if submitter is not None:
-            q = q.where(CandidateRow.submitter == submitter)
-        if fingerprint is not None:
-            q = q.where(CandidateRow.fingerprint == fingerprint)
-        if canonical is not None:
-            q = q.where(CandidateRow.canonical == canonical)
+        q = where_equal(
+            select(CandidateRow).order_by(CandidateRow.name),
+            CandidateRow,
+            group=group,
+            submitter=submitter,
+            fingerprint=fingerprint,
+            canonical=canonical,
+        )
         if name_contains:
             q = q.where(CandidateRow.name.contains(name_contains, autoescape=True))
         with self.db.session(readonly=True) as s:

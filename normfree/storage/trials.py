@@ -34,6 +34,7 @@ from normfree.storage._common import (
     _unpack,
     arm_key,
     context_key,
+    where_equal,
 )
 from normfree.storage.models import (
     StudyRow,
@@ -451,15 +452,15 @@ class TrialRepository(RepositoryBase):
         offset: int = 0,
     ) -> list[dict[str, Any]]:
         """Trials (without curves) by id, filtered by study, status(es), proxy and candidate."""
-        q = select(TrialRow).order_by(TrialRow.id)
-        if study_id is not None:
-            q = q.where(TrialRow.study_id == study_id)
+        q = where_equal(
+            select(TrialRow).order_by(TrialRow.id),
+            TrialRow,
+            study_id=study_id,
+            proxy=proxy,
+            candidate=candidate,
+        )
         if status is not None:
             q = q.where(TrialRow.status.in_([status] if isinstance(status, str) else status))
-        if proxy is not None:
-            q = q.where(TrialRow.proxy == proxy)
-        if candidate is not None:
-            q = q.where(TrialRow.candidate == candidate)
         q = q.offset(offset)
         if limit is not None:
             q = q.limit(limit)

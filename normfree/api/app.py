@@ -69,6 +69,14 @@ def create_app(
     ``prescreen=False`` skips the zero-cost prescreen of submissions (fuzzing only: it costs
     seconds per new formula).
     """
+    # torch is imported here, in the thread that builds the app, before any background thread
+    # (warm-up, enrichment, prescreens) can: its import is not thread-safe (two threads racing
+    # through it fail with "operator prims::... does not exist"), and it runs TorchScript's
+    # ast.parse, which on CPython 3.11 corrupts a concurrent ast.parse in another thread
+    # ("AST constructor recursion depth mismatch", CPython gh-106905). The server needs torch
+    # for prescreens anyway; the CLI's quick commands never build the app.
+    import torch  # noqa: F401
+
     from normfree.api import services
     from normfree.api.routers import (
         candidates,

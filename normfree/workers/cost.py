@@ -35,17 +35,19 @@ from normfree.workers.kinds import StudyParams
 from normfree.workers.kinds.base import MAX_EPOCHS, MAX_SEED
 
 # Seconds of one epoch of each preset on one idle CPU core at its defaults. Measured (README,
-# bench/bench_trial.py): vit-digits 45 s / 15 epochs, dit-digits 116 s / 60 epochs, the tiny
-# presets ~1 s / 2 epochs. The others are rough estimates from their model and data size
-# relative to those (an order of magnitude is what the budget needs). A preset missing here is
-# costed like vit-digits per epoch.
+# bench/bench_trial.py, on the AVX2-only Xeon the budgets were set on): vit-digits 45 s / 15
+# epochs, dit-digits 116 s / 60 epochs, the tiny presets ~1 s / 2 epochs. The default screens
+# were measured on a faster AMD EPYC (vit-screen 27.7 s / 10 epochs, dit-screen 26.1 s / 30) and
+# scaled by the 2.2-2.3x the earlier presets ran slower on the Xeon. The others are rough
+# estimates from their model and data size relative to those (an order of magnitude is what
+# the budget needs). A preset missing here is costed like vit-digits per epoch.
 EPOCH_SECONDS: dict[str, float] = {
     "vit-digits": 3.0,
     "vit-digits8x8": 1.0,
     "vit-tiny": 0.5,
     "vit-mnist1d": 3.0,
     "vit-mnist": 12.0,
-    "vit-screen": 10.0,
+    "vit-screen": 6.2,
     "vit-stress": 3.0,
     "dit-digits": 2.0,
     "dit-screen": 2.0,

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import uuid
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,30 @@ def failure_reason(attempt: int, exc: BaseException, *, trial_id: int | None = N
     )
 
 
-def public_error(text: str | None) -> str | None:
-    """The first line of a stored error: all an anonymous reader gets (see the module doc)."""
+# host addresses (IPv4, and IPv6 with at least three groups) in stored text
+_ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\b[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){2,7}\b", re.I)
+
+
+def public_worker(worker: str | None) -> str | None:
+    """A worker's id as the public sees it: stable (two trials of one worker share it) but
+    opaque, since the stored id is ``host:pid`` (or a Ray node address)."""
+    if not worker:
+        return worker
+    return "worker-" + hashlib.sha256(worker.encode()).hexdigest()[:10]
+
+
+def public_error(text: str | None, worker: str | None = None) -> str | None:
+    """The first line of a stored error: all an anonymous reader gets (see the module doc).
+
+    Errors stored before the public line existed (a lost lease names its worker) may name a
+    host: the trial's worker id becomes its public form and any address is masked.
+    """
     if not text:
         return text
-    return text.strip().splitlines()[0][:600]
+    line = text.strip().splitlines()[0][:600]
+    if worker:
+        line = line.replace(worker, public_worker(worker) or "")
+    return _ADDRESS.sub("<host>", line)
 
 
-__all__ = ["ConfigError", "failure_reason", "new_reference", "public_error"]
+__all__ = ["ConfigError", "failure_reason", "new_reference", "public_error", "public_worker"]

@@ -59,7 +59,8 @@ def test_power_tower_is_refused_before_any_printer(api: Api) -> None:
     assert r.status_code == 422
     assert "too large once powers are expanded" in r.json()["message"]
     assert api.repo.get_candidate("tower") is None
-    assert api.client.get(f"/api/candidates/{tower}").status_code == 404
+    got = api.client.get(f"/api/candidates/{tower}")
+    assert got.status_code == 422 and "too large" in got.json()["message"]
 
 
 # -- 2: data sources named, never pathed ----------------------------------------------------
@@ -316,3 +317,39 @@ def test_a_failure_after_the_first_write_leaves_nothing(api: Api) -> None:
         mp.undo()
     assert r.status_code == 422
     _nothing_written(api)
+
+
+def test_public_trial_hides_worker_hosts(make_api, sqlite_database_url: str) -> None:
+    """A worker id is ``host:pid``: anonymous readers get an opaque stable id, and an error
+    stored before errors had a public line (a lost lease names its worker) is masked too."""
+    from normfree.workers.errors import public_worker
+
+    api = make_api(sqlite_database_url)
+    r = api.client.post("/api/studies", json={**STUDY, "values": [0.5]}, headers=api.auth)
+    assert r.status_code == 201, r.text
+    study_id = r.json()["id"]
+    repo = api.repo
+    repo.set_study_status(study_id, "running")
+    owner = "10.0.0.7:4242"
+    leased = repo.lease_next(study_id, owner, 60.0)
+    assert leased is not None
+    old_style = f"lease expired on attempt 1 (worker {owner} lost) on host fe80::1:2:3"
+    assert repo.fail_trial(leased.id, owner, leased.attempt, old_style, retry=False)
+    body = api.client.get(f"/api/trials/{leased.id}")
+    assert body.status_code == 200
+    assert "10.0.0.7" not in body.text and "fe80::1:2:3" not in body.text
+    public = body.json()
+    assert public["error"].startswith("lease expired on attempt 1 (worker ")
+    if public.get("worker"):
+        assert public["worker"] == public_worker(owner)
+    private = api.client.get(f"/api/trials/{leased.id}", headers=api.auth).json()
+    assert owner in private["error"]
+
+
+def test_a_refused_formula_in_a_candidate_url_says_why(api: Api) -> None:
+    """Not a 404 as if it were an unknown name: the parser's reason, as on submission."""
+    r = api.client.get("/api/candidates/sqrt(150-abs(u))")
+    assert r.status_code == 422, r.text
+    assert "u" in r.json()["message"] and r.json()["message"] != ""
+    assert api.client.get("/api/candidates/nosuchfunction").status_code == 404
+    assert api.client.get("/api/candidates/shift_h(erf,%200.5)").status_code == 200

@@ -8,6 +8,7 @@ answer (``api.prescreens``), bounded to one at a time, and is remembered by fing
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -69,6 +70,9 @@ def matches_properties(props: Mapping[str, Any] | None, wanted: Iterable[str]) -
 
 
 # --------------------------------------------------------------------------------- candidates
+
+
+_BARE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 @lru_cache(maxsize=4096)
@@ -360,6 +364,22 @@ def get_candidate_object(state: ServiceState, name: str) -> tuple[Any, S.Candida
         raise not_found("candidate", name[:40] + "...")
     cand = _resolve_cached(name)
     if cand is None:
+        if not _BARE_NAME.fullmatch(name):
+            # a formula the catalog refuses: say why (422 with the parser's reason), as a
+            # submission would, instead of pretending it is an unknown name
+            from normfree.search_space import ExpressionError, catalog
+
+            try:
+                catalog.resolve(name)
+            except ExpressionError as exc:
+                raise ApiError(
+                    422,
+                    "invalid_formula",
+                    f"formula rejected: {exc}",
+                    {"position": exc.position, "reason": exc.message, "field": "name"},
+                ) from None
+            except Exception:
+                pass
         raise not_found("candidate", name)
     return cand, _candidate_public(cand, source="catalog")
 

@@ -72,6 +72,16 @@ def matches_properties(props: Mapping[str, Any] | None, wanted: Iterable[str]) -
 # --------------------------------------------------------------------------------- candidates
 
 
+def formula_rejected(exc: Any, field: str) -> ApiError:
+    """The 422 of a formula the parser refuses: its positioned reason, and which field held it."""
+    return ApiError(
+        422,
+        "invalid_formula",
+        f"formula rejected: {exc}",
+        {"position": exc.position, "reason": exc.message, "field": field},
+    )
+
+
 _BARE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
@@ -173,12 +183,7 @@ def _parse_formula(formula: str, name: str) -> Any:
     try:
         return _parse_cached(formula, name)
     except ExpressionError as exc:
-        raise ApiError(
-            422,
-            "invalid_formula",
-            f"formula rejected: {exc}",
-            {"position": exc.position, "reason": exc.message, "field": "formula"},
-        ) from None
+        raise formula_rejected(exc, "formula") from None
     except RecursionError:
         raise ApiError(
             422, "invalid_formula", "formula rejected: nested too deeply", {"field": "formula"}
@@ -372,12 +377,7 @@ def get_candidate_object(state: ServiceState, name: str) -> tuple[Any, S.Candida
             try:
                 catalog.resolve(name)
             except ExpressionError as exc:
-                raise ApiError(
-                    422,
-                    "invalid_formula",
-                    f"formula rejected: {exc}",
-                    {"position": exc.position, "reason": exc.message, "field": "name"},
-                ) from None
+                raise formula_rejected(exc, "name") from None
             except Exception:
                 pass
         raise not_found("candidate", name)

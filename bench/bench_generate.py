@@ -57,14 +57,14 @@ def main() -> None:
 
     from normfree.search_space import catalog
     from normfree.specs import NormSpec, TrialConfig
-    from normfree.workers.generate import (
+    from normfree.workers.evolution import (
         GenerateOptions,
         Individual,
         Seen,
         fitness_of,
         run_generation,
-        summarize_records,
     )
+    from normfree.workers.generate import summarize_records
     from normfree.workers.prescreen import prescreen
     from normfree.workers.trainer import train_trial
 

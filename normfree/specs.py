@@ -10,13 +10,37 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from normfree.search_space import baselines
+
 Scalar = bool | int | float | str
 
-BASELINES = ("layernorm", "rmsnorm", "identity")
+# ------------------------------------------------------------------------ statuses (one home)
+# A study's status; ``workers.lifecycle`` holds the transitions people ask for.
+StudyStatus = Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
+STUDY_STATUSES: tuple[StudyStatus, ...] = get_args(StudyStatus)
+# A trial row's status in storage (upper case: a TrialResult's own status is lower case).
+TrialRowStatus = Literal[
+    "WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED"
+]  # fmt: skip
+TRIAL_STATUSES: tuple[TrialRowStatus, ...] = get_args(TrialRowStatus)
+# Nothing writes to such a row again (and Optuna must have been told of it).
+TERMINAL_TRIAL_STATUSES: tuple[TrialRowStatus, ...] = (
+    "COMPLETE",
+    "DIVERGED",
+    "PRUNED",
+    "FAILED",
+    "CANCELLED",
+)
+# A run ended it (an outcome a board counts); CANCELLED rows never ran.
+RUN_OUTCOME_STATUSES: tuple[TrialRowStatus, ...] = ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
+# Trained to its last epoch or to its failure to train: what fidelity compares with the papers.
+TRAINED_STATUSES: tuple[TrialRowStatus, ...] = ("COMPLETE", "DIVERGED")
+
+BASELINES = baselines.NAMES  # layernorm, rmsnorm, identity: defined with their citations there
 
 # The papers' names for operator configurations, not only functions (one map, read by the
 # trainer's norm resolution and by reference cells): Derf = erf(alpha x + s), DyT = tanh(alpha x).
@@ -27,6 +51,16 @@ NORM_ALIASES: dict[str, dict[str, Any]] = {
     "rms": {"name": "rmsnorm"},
     "none": {"name": "identity"},
 }
+
+
+def expand_alias(name: str, shift: str = "none", formula: str | None = None) -> tuple[str, str]:
+    """(function name, shift) behind a paper alias; other names unchanged. The alias's shift
+    applies unless one was set (``derf`` is erf with a scalar shift, ``derf`` + per-channel is
+    erf per-channel). A formula is never an alias, whatever its name."""
+    alias = NORM_ALIASES.get(name.lower()) if formula is None else None
+    if alias is None:
+        return name, shift
+    return alias["name"], alias.get("shift", shift) if shift == "none" else shift
 
 
 class _Frozen(BaseModel):
@@ -71,6 +105,14 @@ class NormSpec(_Frozen):
     @property
     def is_baseline(self) -> bool:
         return self.name in BASELINES and self.formula is None
+
+
+def resolve_alias(spec: NormSpec) -> NormSpec:
+    """The NormSpec with a paper alias replaced by its operator (see :func:`expand_alias`)."""
+    name, shift = expand_alias(spec.name, spec.shift, spec.formula)
+    if name == spec.name:
+        return spec
+    return spec.model_copy(update={"name": name, "shift": shift})
 
 
 class TrialConfig(_Frozen):

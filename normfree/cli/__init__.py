@@ -13,7 +13,9 @@ import click
 from normfree import __version__
 
 # Command modules, imported in this order to register their groups on ``main``.
-COMMAND_MODULES = ("candidates", "train", "study", "reference", "serve", "demo", "cluster")
+COMMAND_MODULES = (
+    "candidates", "train", "study", "leaderboard", "reference", "serve", "demo", "cluster"
+)  # fmt: skip
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

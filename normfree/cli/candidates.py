@@ -7,8 +7,7 @@ with ``--json``, ``{"error", "position"}``).
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import click
@@ -17,15 +16,15 @@ from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
 
 
-def _row(c: Any) -> dict[str, str]:
-    """The columns of the people table for one candidate."""
-    p = c.properties
+def _row(d: dict[str, Any]) -> dict[str, str]:
+    """The columns of the people table for one candidate (its ``to_dict()``)."""
+    p = SimpleNamespace(**d["properties"])
     growth = "bounded" if p.bounded else p.growth
     if p.growth_exponent is not None and not p.bounded and p.growth != "linear":
         growth += f" {p.growth_exponent:g}"
     return {
-        "name": c.name,
-        "group": c.group,
+        "name": d["name"],
+        "group": d["group"],
         "f(0)=0": "yes" if p.zero_centred else f"{p.f0:.3g}",
         "odd": "yes" if p.odd else "no",
         "growth": growth,
@@ -40,7 +39,7 @@ def _row(c: Any) -> dict[str, str]:
         else ("kinks " + ",".join(f"{x:.3g}" for x in p.non_differentiable_at))
         if p.continuous
         else "jumps",
-        "formula": c.formula,
+        "formula": d["formula"],
     }
 
 
@@ -60,16 +59,6 @@ def render_table(rows: list[dict[str, str]]) -> str:
     return "\n".join(out)
 
 
-def evaluate_candidates(cands: Iterable[Any], progress: bool) -> list[Any]:
-    """Compute every candidate's properties, with a progress bar on stderr when asked."""
-    from tqdm import tqdm
-
-    cands = list(cands)
-    for c in tqdm(cands, desc="properties", unit="fn", file=sys.stderr, disable=not progress):
-        _ = c.properties
-    return cands
-
-
 @main.group()
 def candidates() -> None:
     """The catalog of pointwise functions, and checks of your own formulas."""
@@ -80,18 +69,19 @@ def candidates() -> None:
 @json_option
 def list_cmd(group: str | None, as_json: bool) -> None:
     """A table of every catalog candidate with its properties, then the baselines."""
-    from normfree.search_space import catalog
+    from normfree.search_space import catalog_index
+    from normfree.search_space.baselines import BASELINES
 
-    cands = evaluate_candidates(catalog.all(group), progress=not as_json)
-    if not cands and group is not None:
+    rows = [e.data for e in catalog_index.entries() if group is None or e.group == group]
+    if not rows and group is not None:
         fail(f"no candidates in group {group!r}", as_json)
     result = {
-        "candidates": [c.to_dict() for c in cands],
-        "baselines": [b.to_dict() for b in catalog.baselines()] if group is None else [],
+        "candidates": rows,
+        "baselines": [b.to_dict() for b in BASELINES] if group is None else [],
     }
 
     def human(_: Any) -> None:
-        click.echo(render_table([_row(c) for c in cands]))
+        click.echo(render_table([_row(d) for d in rows]))
         if result["baselines"]:
             click.echo(
                 "\nbaselines (reference modules, not formulas): "
@@ -101,16 +91,19 @@ def list_cmd(group: str | None, as_json: bool) -> None:
     emit(result, as_json, human)
 
 
-def _details(c: Any) -> None:
-    d = c.to_dict()
+def _details(d: dict[str, Any], call: str, summary: str) -> None:
     for key in ("name", "group", "formula", "expr", "derivative", "canonical", "fingerprint"):
         click.echo(f"{key:12s} {d[key]}")
-    click.echo(f"{'lineage':12s} {c.lineage.call}")
-    if c.citation:
-        click.echo(f"{'citation':12s} {c.citation}")
-    click.echo(f"{'properties':12s} {c.properties.summary()}")
+    click.echo(f"{'lineage':12s} {call}")
+    if d.get("citation"):
+        click.echo(f"{'citation':12s} {d['citation']}")
+    click.echo(f"{'properties':12s} {summary}")
     for k, v in d["properties"].items():
         click.echo(f"  {k:22s} {v}")
+
+
+def _candidate_details(c: Any) -> None:
+    _details(c.to_dict(), c.lineage.call, c.properties.summary())
 
 
 # A formula may start with a minus ("-erf(u)"): unknown "options" are taken as the argument, so
@@ -123,21 +116,28 @@ _FORMULA_ARGS = {"ignore_unknown_options": True}
 @json_option
 def show_cmd(name: str, as_json: bool) -> None:
     """One candidate: a catalog name, a baseline, or a transform call like 'shift_h(erf, 0.5)'."""
-    from normfree.search_space import ExpressionError, catalog
+    from normfree.search_space import catalog_index
+    from normfree.search_space.baselines import BASELINES
 
-    if catalog.is_baseline(name):
-        b = catalog.baseline(name)
+    baseline = next((b.to_dict() for b in BASELINES if b.name == name), None)
+    if baseline is not None:
         emit(
-            b.to_dict(),
+            baseline,
             as_json,
             lambda d: click.echo("\n".join(f"{k:12s} {v}" for k, v in d.items())),
         )
         return
+    entry = catalog_index.get(name)
+    if entry is not None:  # a catalog name: from the index, no sympy
+        emit(entry.data, as_json, lambda d: _details(d, entry.call, entry.summary))
+        return
+    from normfree.search_space import ExpressionError, catalog
+
     try:
         c = catalog.resolve(name)
     except ExpressionError as exc:
         fail(f"unknown candidate {name!r}: {exc}", as_json, position=exc.position)
-    emit(c.to_dict(), as_json, lambda _: _details(c))
+    emit(c.to_dict(), as_json, lambda _: _candidate_details(c))
 
 
 @candidates.command("check", context_settings=_FORMULA_ARGS)
@@ -146,17 +146,16 @@ def show_cmd(name: str, as_json: bool) -> None:
 @json_option
 def check_cmd(formula: str, name: str | None, as_json: bool) -> None:
     """Parse FORMULA (in u), print its canonical form, properties and duplicate, if any."""
-    from normfree.search_space import ExpressionError, catalog, find_duplicate, parse
+    from normfree.search_space import ExpressionError, catalog_index, parse
 
     try:
         c = parse(formula, name=name)
     except ExpressionError as exc:
         fail(f"formula rejected: {exc}", as_json, position=exc.position, reason=exc.message)
-    dup = find_duplicate(c, catalog.all())
-    result = {**c.to_dict(), "duplicate_of": dup.name if dup is not None else None}
+    result = {**c.to_dict(), "duplicate_of": catalog_index.duplicate_of(c)}
 
     def human(_: Any) -> None:
-        _details(c)
+        _candidate_details(c)
         click.echo(f"{'duplicate of':12s} {result['duplicate_of'] or '-'}")
 
     emit(result, as_json, human)

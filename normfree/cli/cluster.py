@@ -13,7 +13,8 @@ from typing import Any
 import click
 
 from normfree.cli._output import emit, fail, json_option
-from normfree.cli.study import db_option, study
+from normfree.cli._studies import db_option
+from normfree.cli.study import study
 
 address_option = click.option(
     "--address",

@@ -15,23 +15,13 @@ import click
 
 from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
-
-db_option = click.option(
-    "--db",
-    "database_url",
-    default=None,
-    metavar="URL",
-    help="Database URL (default: NORMFREE_DATABASE_URL, else sqlite:///normfree.db).",
-)
+from normfree.cli._studies import db_option, settings_for
 
 
 def _database(database_url: str | None) -> Any:
-    from normfree.settings import get_settings
-    from normfree.storage import Database
+    from normfree import storage
 
-    db = Database(database_url or get_settings().database_url)
-    db.migrate()
-    return db
+    return storage.open(settings_for(database_url), optuna=False).db
 
 
 def _references(database_url: str | None) -> Any:

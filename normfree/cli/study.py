@@ -1,4 +1,4 @@
-"""``normfree study ...`` and ``normfree leaderboard``: create, run, watch and steer studies.
+"""``normfree study ...``: create, run, watch and steer studies.
 
 Creating a study writes it (and, for grids, all its trials) to storage and then runs its driver
 in this process with a live progress bar; ``--detach`` only creates it (run it later, or from
@@ -8,47 +8,24 @@ another machine, with ``normfree study run ID``). Every command takes ``--db URL
 
 from __future__ import annotations
 
+import functools
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
-
-db_option = click.option(
-    "--db",
-    "database_url",
-    default=None,
-    metavar="URL",
-    help="Database URL (default: NORMFREE_DATABASE_URL, else sqlite:///normfree.db).",
+from normfree.cli._studies import (
+    board,
+    counts_line,
+    db_option,
+    open_store,
+    run_driver,
+    settings_for,
 )
-
-
-def _settings(database_url: str | None) -> Any:
-    from normfree.settings import get_settings
-
-    base = get_settings()
-    return base.model_copy(update={"database_url": database_url}) if database_url else base
-
-
-def _store(settings: Any) -> Any:
-    from normfree.workers.execution import TrialStore
-
-    store = TrialStore(
-        settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
-    )
-    store.migrate()
-    return store
-
-
-def _board(store: Any, proxy: str, **kw: Any) -> list[dict[str, Any]]:
-    """The leaderboard, without scipy's precision warning for seeds that agree exactly."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*[Pp]recision loss")
-        return store.repo.leaderboard(proxy, **kw)
+from normfree.cli.leaderboard import print_leaderboard
 
 
 def _split(text: str | None) -> list[str]:
@@ -76,71 +53,19 @@ def _scalar(text: str) -> bool | int | float | str:
     return text
 
 
-# ---------------------------------------------------------------------------- run + progress
-
-
-def _counts_line(counts: dict[str, int]) -> str:
-    return "  ".join(f"{k.lower()} {v}" for k, v in counts.items() if v)
-
-
-def _run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None) -> dict:
-    """Run the study's driver here, with a rich progress bar unless ``--json``."""
-    from normfree.workers.driver import StudyDriver
-
-    if as_json:
-        summary = StudyDriver(study_id, settings=settings, max_parallel=parallel).run()
-    else:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        with Progress(
-            TextColumn(f"study {study_id}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[counts]}"),
-        ) as bar:
-            task = bar.add_task("trials", total=None, counts="starting Ray ...")
-
-            def progress(counts: dict[str, int]) -> None:
-                total = sum(counts.values())
-                done = total - counts.get("WAITING", 0) - counts.get("RUNNING", 0)
-                bar.update(task, total=total, completed=done, counts=_counts_line(counts))
-
-            driver = StudyDriver(
-                study_id, settings=settings, max_parallel=parallel, on_progress=progress
-            )
-            summary = driver.run()
-    driver_summary = {
-        "study_id": summary.study_id,
-        "status": summary.status,
-        "dispatched": summary.dispatched,
-        "retried": summary.retried,
-        "requeued_expired": summary.requeued_expired,
-        "counts": summary.counts,
-        "wall_s": round(summary.wall_s, 2),
-    }
-    return driver_summary
-
-
 def _create_and_maybe_run(
     spec: Any, database_url: str | None, detach: bool, as_json: bool, parallel: int | None
 ) -> None:
     from normfree.workers.cost import estimate
     from normfree.workers.driver import create_study
 
-    settings = _settings(database_url)
+    settings = settings_for(database_url)
     try:
         study_id = create_study(spec, settings=settings)  # checks params, overrides and cost
     except (ValueError, KeyError, ArithmeticError) as exc:
         fail(str(exc), as_json)
     est = estimate(spec, settings)
-    store = _store(settings)
+    store = open_store(settings)
     progress = store.repo.study_progress(study_id)
     out: dict[str, Any] = {
         "study_id": study_id,
@@ -154,12 +79,9 @@ def _create_and_maybe_run(
                 f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
                 f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
             )
-        out["run"] = _run_driver(study_id, settings, as_json, parallel)
-        out["leaderboard"] = _board(store, spec.proxy, study_id=study_id)
-        if spec.kind == "generate":
-            from normfree.workers.generate import study_report
-
-            out["generate"] = study_report(store, study_id)
+        out["run"] = run_driver(study_id, settings, as_json, parallel)
+        out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
+        out.update(_kind_report(spec.kind, store, study_id))
 
     def human(r: dict[str, Any]) -> None:
         if detach:
@@ -171,11 +93,11 @@ def _create_and_maybe_run(
             return
         click.echo(
             f"study {r['study_id']}: {r['run']['status']} in {r['run']['wall_s']} s "
-            f"({_counts_line(r['run']['counts'])})"
+            f"({counts_line(r['run']['counts'])})"
         )
-        _print_leaderboard(r["leaderboard"])
+        print_leaderboard(r["leaderboard"])
         if "generate" in r:
-            from normfree.workers.generate import print_report
+            from normfree.cli._generate_report import print_report
 
             print_report(r["generate"])
 
@@ -197,17 +119,53 @@ common = [
 ]
 
 
+@dataclass(frozen=True)
+class Common:
+    """The options every ``study <kind>`` command takes, collected once by :func:`_common`."""
+
+    proxy: str
+    seeds: int
+    epochs: int | None
+    name: str | None
+    lr: float | None
+    parallel: int | None
+    detach: bool
+    database_url: str | None
+    as_json: bool
+
+    def spec(self, kind: str, params: dict[str, Any] | None = None, **fields: Any) -> Any:
+        """The StudySpec of this kind: the common fields, ``fields``, and ``params`` (None
+        values dropped) with ``--lr``."""
+        from normfree.specs import StudySpec
+
+        out = {k: v for k, v in (params or {}).items() if v is not None}
+        if self.lr is not None:
+            out["lr"] = self.lr
+        return StudySpec(
+            kind=kind,  # type: ignore[arg-type]
+            name=self.name,
+            proxy=self.proxy,
+            seeds=self.seeds,
+            epochs=self.epochs,
+            params=out,
+            **fields,
+        )
+
+    def create(self, spec: Any) -> None:
+        _create_and_maybe_run(spec, self.database_url, self.detach, self.as_json, self.parallel)
+
+
 def _common(f: Any) -> Any:
+    """Add the common options; the command receives them as one ``common: Common``."""
+
+    @functools.wraps(f)
+    def command(**kw: Any) -> Any:
+        shared = {name: kw.pop(name) for name in Common.__dataclass_fields__}
+        return f(common=Common(**shared), **kw)
+
     for opt in reversed(common):
-        f = opt(f)
-    return f
-
-
-def _params(lr: float | None, **extra: Any) -> dict[str, Any]:
-    out = {k: v for k, v in extra.items() if v is not None}
-    if lr is not None:
-        out["lr"] = lr
-    return out
+        command = opt(command)
+    return command
 
 
 @main.group()
@@ -236,20 +194,12 @@ def study_property(
     values_: str | None,
     baselines: str,
     shift: str,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """Base functions x transform values x paired seeds: every cell runs."""
-    from normfree.specs import StudySpec
     from normfree.workers.scheduling import paper_grid
 
+    as_json = common.as_json
     fns, vals, untransformed = _split(functions), [], False
     if values_ is not None:
         vals = _floats(values_, "--values")
@@ -265,21 +215,17 @@ def study_property(
             vals = paper_vals
         else:
             untransformed = False
-    extra = {"untransformed_cell": True} if untransformed else {}
-    spec = StudySpec(
-        kind="property",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=fns,
-        transform=transform,
-        values=vals,
-        baselines=_split(baselines),
-        norm_shift=shift,  # type: ignore[arg-type]
-        epochs=epochs,
-        params=_params(lr, **extra),
+    common.create(
+        common.spec(
+            "property",
+            {"untransformed_cell": True} if untransformed else {},
+            functions=fns,
+            transform=transform,
+            values=vals,
+            baselines=_split(baselines),
+            norm_shift=shift,
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 @study.command("options")
@@ -298,37 +244,20 @@ def study_options(
     functions: str,
     options: tuple[str, ...],
     baselines: str,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """Functions x every combination of option values x paired seeds."""
-    from normfree.specs import StudySpec
-
     axes: dict[str, list[Any]] = {}
     for item in options:
         key, sep, vals = item.partition("=")
         if not sep or not key.strip() or not _split(vals):
-            fail(f"--option wants NAME=V1,V2,...; got {item!r}", as_json)
+            fail(f"--option wants NAME=V1,V2,...; got {item!r}", common.as_json)
         axes[key.strip()] = [_scalar(v) for v in _split(vals)]
-    spec = StudySpec(
-        kind="options",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=_split(functions),
-        options=axes,
-        baselines=_split(baselines),
-        epochs=epochs,
-        params=_params(lr),
+    common.create(
+        common.spec(
+            "options", functions=_split(functions), options=axes, baselines=_split(baselines)
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 @study.command("search")
@@ -370,19 +299,9 @@ def study_search(
     lr_range: str | None,
     sampler_seed: int,
     min_epochs: int | None,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """A sampler picks candidates; a pruner stops poor ones early; the best get extra seeds."""
-    from normfree.specs import StudySpec
-
     extra: dict[str, Any] = {"top_arms": top, "sampler_seed": sampler_seed}
     if min_epochs is not None:
         extra["min_resource"] = min_epochs
@@ -390,22 +309,19 @@ def study_search(
         if text:
             rng = _floats(text, f"--{key.replace('_', '-')}")
             if len(rng) != 2 or not 0 < rng[0] < rng[1]:
-                fail(f"--{key.replace('_', '-')} wants LO,HI with 0 < LO < HI", as_json)
+                fail(f"--{key.replace('_', '-')} wants LO,HI with 0 < LO < HI", common.as_json)
             extra[key] = rng
-    spec = StudySpec(
-        kind="search",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=_split(functions),
-        epochs=epochs,
-        sampler=sampler,  # type: ignore[arg-type]
-        pruner=pruner,  # type: ignore[arg-type]
-        n_trials=n_trials,
-        extra_seeds_for_top=extra_seeds,
-        params=_params(lr, **extra),
+    common.create(
+        common.spec(
+            "search",
+            extra,
+            functions=_split(functions),
+            sampler=sampler,
+            pruner=pruner,
+            n_trials=n_trials,
+            extra_seeds_for_top=extra_seeds,
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
 
 
 @study.command("generate")
@@ -448,19 +364,9 @@ def study_generate(
     no_prescreen: bool,
     pruner: str,
     sampler_seed: int,
-    proxy: str,
-    seeds: int,
-    epochs: int | None,
-    name: str | None,
-    lr: float | None,
-    parallel: int | None,
-    detach: bool,
-    database_url: str | None,
-    as_json: bool,
+    common: Common,
 ) -> None:
     """Evolve new functions from the expression grammar; only filtered survivors are trained."""
-    from normfree.specs import StudySpec
-
     extra: dict[str, Any] = {
         "generations": generations,
         "population": population,
@@ -474,18 +380,23 @@ def study_generate(
         "prescreen": not no_prescreen,
         "sampler_seed": sampler_seed,
     }
-    spec = StudySpec(
-        kind="generate",
-        name=name,
-        proxy=proxy,
-        seeds=seeds,
-        functions=_split(functions),
-        baselines=_split(baselines),
-        epochs=epochs,
-        pruner=pruner,  # type: ignore[arg-type]
-        params=_params(lr, **extra),
+    common.create(
+        common.spec(
+            "generate",
+            extra,
+            functions=_split(functions),
+            baselines=_split(baselines),
+            pruner=pruner,
+        )
     )
-    _create_and_maybe_run(spec, database_url, detach, as_json, parallel)
+
+
+def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:
+    """What the study's kind reports beyond its leaderboard, under the kind's name (generate)."""
+    from normfree.workers import kinds
+
+    report = kinds.get(kind).report(store, study_id)
+    return {} if report is None else {kind: report}
 
 
 def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
@@ -502,20 +413,19 @@ def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
 @json_option
 def study_run(study_id: int, parallel: int | None, database_url: str | None, as_json: bool) -> None:
     """Run (or resume after a crash) the driver of study STUDY_ID until it is done."""
-    settings = _settings(database_url)
-    store = _store(settings)
+    settings = settings_for(database_url)
+    store = open_store(settings)
     found = _study_or_fail(store, study_id, as_json)
-    out = _run_driver(study_id, settings, as_json, parallel)
-    out["leaderboard"] = _board(store, found["proxy"], study_id=study_id)
-    if found["kind"] == "generate":
-        from normfree.workers.generate import print_report, study_report
-
-        out["generate"] = study_report(store, study_id)
+    out = run_driver(study_id, settings, as_json, parallel)
+    out["leaderboard"] = board(store, found["proxy"], study_id=study_id)
+    out.update(_kind_report(found["kind"], store, study_id))
 
     def human(r: dict[str, Any]) -> None:
-        click.echo(f"study {study_id}: {r['status']} ({_counts_line(r['counts'])})")
-        _print_leaderboard(r["leaderboard"])
+        click.echo(f"study {study_id}: {r['status']} ({counts_line(r['counts'])})")
+        print_leaderboard(r["leaderboard"])
         if "generate" in r:
+            from normfree.cli._generate_report import print_report
+
             print_report(r["generate"])
 
     emit(out, as_json, human)
@@ -547,7 +457,7 @@ def study_status(
     study_id: int, watch: bool, interval: float, database_url: str | None, as_json: bool
 ) -> None:
     """Progress of a study: trials per status, finished fraction, best so far."""
-    store = _store(_settings(database_url))
+    store = open_store(settings_for(database_url))
     _study_or_fail(store, study_id, as_json)
     progress = store.repo.study_progress(study_id)
     if watch and not as_json:
@@ -568,20 +478,22 @@ def study_status(
     emit(progress, as_json, human)
 
 
-def _steer(study_id: int, action: str, database_url: str | None, as_json: bool) -> dict:
-    store = _store(_settings(database_url))
-    found = _study_or_fail(store, study_id, as_json)
-    if found["status"] in ("complete", "cancelled"):
-        fail(f"study {study_id} is {found['status']}; nothing to {action}", as_json, code=1)
-    out: dict[str, Any] = {"study_id": study_id}
-    if action == "pause":
-        store.repo.set_study_status(study_id, "paused")
-    elif action == "resume":
-        store.repo.set_study_status(study_id, "pending")
-    else:
-        store.repo.set_study_status(study_id, "cancelled")
-        out["cancelled_waiting"] = store.repo.cancel_waiting(study_id)
-    out["status"] = store.study_status(study_id)
+def _steer(
+    study_id: int, action: str, database_url: str | None, as_json: bool, *, restart: bool = False
+) -> dict:
+    """Apply a transition through the one state machine the API uses (``workers.lifecycle``)."""
+    from normfree.workers import lifecycle
+
+    store = open_store(settings_for(database_url))
+    try:
+        done = lifecycle.steer(store.repo, study_id, action, restart=restart)
+    except KeyError:
+        fail(f"no study {study_id}", as_json, code=1)
+    except lifecycle.TransitionError as exc:
+        fail(str(exc), as_json, code=1)
+    out: dict[str, Any] = {"study_id": study_id, "status": done.after}
+    if action == "cancel":
+        out["cancelled_waiting"] = done.cancelled_waiting
     return out
 
 
@@ -605,9 +517,9 @@ def study_resume(
     study_id: int, detach: bool, parallel: int | None, database_url: str | None, as_json: bool
 ) -> None:
     """Resume a paused study and run its driver here (unless --detach)."""
-    out = _steer(study_id, "resume", database_url, as_json)
+    out = _steer(study_id, "resume", database_url, as_json, restart=not detach)
     if not detach:
-        out["run"] = _run_driver(study_id, _settings(database_url), as_json, parallel)
+        out["run"] = run_driver(study_id, settings_for(database_url), as_json, parallel)
     emit(out, as_json, lambda r: click.echo(f"study {study_id}: {r.get('run', r)['status']}"))
 
 
@@ -632,7 +544,7 @@ def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None
 @json_option
 def study_list(database_url: str | None, as_json: bool) -> None:
     """All studies, newest first."""
-    store = _store(_settings(database_url))
+    store = open_store(settings_for(database_url))
     rows = store.repo.list_studies()
     for r in rows:
         r["progress"] = store.repo.study_progress(r["id"])["counts"]
@@ -640,220 +552,7 @@ def study_list(database_url: str | None, as_json: bool) -> None:
     def human(items: list[dict[str, Any]]) -> None:
         for r in items:
             click.echo(
-                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t"
-                f"{_counts_line(r['progress'])}"
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t{counts_line(r['progress'])}"
             )
 
     emit(rows, as_json, human)
-
-
-# ------------------------------------------------------------------------------ leaderboard
-
-
-def _fmt(x: float | None, digits: int = 4) -> str:
-    return "-" if x is None else f"{x:.{digits}g}"
-
-
-def _arm_label(r: dict[str, Any]) -> str:
-    # The candidate's name already spells a transform's value (shift_h(erf, 0.5)): skip it.
-    axes = {
-        k: v
-        for k, v in (r.get("axis_values") or {}).items()
-        if k not in ("seed", "function", "baseline") and f"{k}(" not in r["candidate"]
-    }
-    extra = " ".join(f"{k}={v}" for k, v in axes.items())
-    return f"{r['candidate']} {extra}".strip()
-
-
-def _print_leaderboard(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    if not rows:
-        click.echo("(no finished trials yet)")
-        return
-    obj = rows[0].get("objective") or "value"
-    t = Table(title=f"leaderboard: {obj} ({rows[0].get('direction')}), 95% t intervals")
-    for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
-        t.add_column(col)
-    for r in rows:
-        ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}" if r["mean"] is not None else "-"
-        vs = r.get("vs_layernorm")
-        vs_text = "-"
-        if vs and vs.get("mean_diff") is not None:
-            hw = _fmt(vs.get("ci_half_width"), 2)
-            vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
-        t.add_row(
-            str(r["rank"]),
-            _arm_label(r),
-            ci,
-            str(r["n"]),
-            str(r["n_diverged"]),
-            str(r["n_failed"]),
-            "yes" if r["indistinguishable_from_best"] else "",
-            vs_text,
-        )
-    Console().print(t)
-    click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
-
-
-@main.command("leaderboard")
-@click.option("--proxy", required=True, help="Proxy preset whose trials are ranked.")
-@click.option("--study", "study_id", type=int, default=None, help="Only this study's trials.")
-@click.option("--group", default=None, help="Only candidates of this catalog group.")
-@click.option("--metric", default=None, help="Rank by this final metric instead.")
-@db_option
-@json_option
-def leaderboard(
-    proxy: str,
-    study_id: int | None,
-    group: str | None,
-    metric: str | None,
-    database_url: str | None,
-    as_json: bool,
-) -> None:
-    """Arms ranked over seeds: mean ± CI, n, diverged, ≈best flag, paired diff vs LayerNorm,
-    and, beside the ranking, how far it predicts published results (its fidelity)."""
-    store = _store(_settings(database_url))
-    rows = _board(store, proxy, study_id=study_id, group=group, metric=metric)
-    fidelity = _fidelity_summary(store, proxy, study_id)
-
-    def human(result: dict[str, Any]) -> None:
-        _print_leaderboard(result["rows"])
-        if result["fidelity"]:
-            where = f"--study {study_id}" if study_id else f"--proxy {proxy}"
-            click.echo(f"{result['fidelity']['headline']}  (normfree fidelity {where})")
-
-    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity}, as_json, human)
-
-
-def _fidelity_summary(store: Any, proxy: str, study_id: int | None) -> dict[str, Any] | None:
-    """The leaderboard's fidelity line (None for a proxy this process does not know)."""
-    import warnings
-
-    from normfree.fidelity.report import headline
-    from normfree.workers.fidelity import FidelityError, fidelity_report
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            rep = fidelity_report(
-                store.repo.db,
-                proxy=None if study_id else proxy,
-                study_id=study_id,
-                n_boot=0,
-            )
-    except FidelityError:
-        return None
-    return {**rep["summary"], "reference": rep["reference"]["name"], "headline": headline(rep)}
-
-
-# ------------------------------------------------------------------------------------- demo
-
-# The demo study: does zero-centredness matter? erf shifted horizontally by -2, 0 and +2 beside
-# LayerNorm, two paired seeds, on the calibrated default ViT screen at its own budget. The Derf
-# paper (section 3) reports that shifts of +-2 fail to train; the demo prints how this study
-# agrees with that (its fidelity to the built-in reference set). 8 trials: about four minutes on
-# two idle cores (a diverging trial stops early).
-DEMO_STUDY: dict[str, Any] = {
-    "kind": "property",
-    "name": "demo: zero-centredness (horizontal shift)",
-    "proxy": "vit-screen",
-    "seeds": 2,
-    "functions": ["erf"],
-    "transform": "shift_h",
-    "values": [-2.0, 0.0, 2.0],
-    "baselines": ["layernorm"],
-}
-
-
-def demo_study(
-    database_url: str | None = None, *, as_json: bool = False, **overrides: Any
-) -> dict[str, Any]:
-    """Create and run the demo property study on the embedded default; return its results.
-
-    ``overrides`` replace fields of :data:`DEMO_STUDY` (tests use a tiny proxy).
-    """
-    from normfree.specs import StudySpec
-    from normfree.workers.driver import create_study
-
-    settings = _settings(database_url)
-    spec = StudySpec(**{**DEMO_STUDY, **overrides})
-    study_id = create_study(spec, settings=settings)
-    store = _store(settings)
-    if not as_json:
-        n = store.repo.study_progress(study_id)["total"]
-        click.echo(
-            f"\nstudy {study_id}: {spec.transform} of {', '.join(spec.functions)} over "
-            f"{spec.values} + {', '.join(spec.baselines)}, {spec.seeds} seeds on {spec.proxy} "
-            f"({n} trials, local Ray)"
-        )
-    run = _run_driver(study_id, settings, as_json, None)
-    return {
-        "study_id": study_id,
-        "proxy": spec.proxy,
-        "run": run,
-        "leaderboard": _board(store, spec.proxy, study_id=study_id),
-        "fidelity": _study_fidelity(store, study_id),
-        "database": store.url,
-        "optuna_storage": store.optuna_url,
-    }
-
-
-def _study_fidelity(store: Any, study_id: int) -> dict[str, Any]:
-    """The study's fidelity to the built-in published results (the report, plus its headline)."""
-    import warnings
-
-    from normfree.fidelity.report import headline
-    from normfree.workers.fidelity import fidelity_report
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        rep = fidelity_report(store.repo.db, study_id=study_id, n_boot=200)
-    return {**rep, "headline": headline(rep)}
-
-
-def _where(url: str) -> str:
-    """A database URL for people: an SQLite file as its absolute path."""
-    from pathlib import Path
-
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and url[len(prefix) :] not in ("", ":memory:"):
-        return str(Path(url[len(prefix) :]).resolve())
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def print_demo_study(result: dict[str, Any]) -> None:
-    """The demo study's human summary: leaderboard, and where its results live."""
-    r = result["run"]
-    click.echo(
-        f"study {result['study_id']}: {r['status']} in {r['wall_s']} s "
-        f"({_counts_line(r['counts'])})"
-    )
-    _print_leaderboard(result["leaderboard"])
-    fid = result.get("fidelity")
-    if fid:
-        click.echo("\nAgainst the published results (science.md section 7):")
-        for s in fid["settings"]:
-            for c in s["cells"]:
-                ref, prox = c["reference"], c["proxy"]
-                ref_text = "failed to train" if ref["failed"] else f"{ref['value']:g}"
-                if prox["failed"]:
-                    prox_text = (
-                        f"failed to train ({prox['n_failed']} of {len(prox['seeds'])} seeds)"
-                    )
-                else:
-                    prox_text = "-" if prox["mean"] is None else f"{prox['mean']:.4f}"
-                click.echo(
-                    f"  [{s['setting']}] {c['cell']}: published {ref_text}, here {prox_text}"
-                )
-        click.echo(fid["headline"])
-    click.echo(
-        f"results: {_where(result['database'])}  (Optuna: {_where(result['optuna_storage'])})"
-    )
-    click.echo(
-        f"see also: normfree study status {result['study_id']}  |  "
-        f"normfree fidelity --study {result['study_id']}  |  normfree serve"
-    )

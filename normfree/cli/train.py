@@ -127,8 +127,9 @@ def train(
     """Train one proxy trial with NORM in every norm slot and print its result."""
     from tqdm import tqdm
 
+    from normfree.settings import get_settings
     from normfree.specs import TrialConfig
-    from normfree.workers.trainer import resolve, train_trial
+    from normfree.workers.trainer import resolve, select_device, train_trial
 
     spec = _norm_spec(norm, shift, alpha0, as_json)
     config = TrialConfig(
@@ -153,7 +154,14 @@ def train(
         bar.update(1)
 
     try:
-        result = train_trial(config, report=report, allow_paths=True)
+        settings = get_settings()
+        result = train_trial(
+            config,
+            report=report,
+            threads=settings.trial_threads,
+            device=select_device(settings),
+            allow_paths=True,
+        )
     except ValueError as exc:
         fail(str(exc), as_json)
     finally:

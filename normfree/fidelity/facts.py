@@ -1,7 +1,7 @@
 """The calibration facts: published at-scale outcomes a default screen must reproduce.
 
-Each fact compares two cells of one screen in seed standard deviations (science.md section 7,
-issue 14's bar for the default screens). The seed std of a comparison is the pooled std of its
+Each fact compares two cells of one screen in seed standard deviations (science.md section 7:
+the bar a default screen must clear). The seed std of a comparison is the pooled std of its
 two cells, sqrt((s_a^2 + s_b^2) / 2), so neither cell's luck sets the yardstick alone; a cell
 that failed to train on most seeds has failed (it is never a low score). Everything compares
 *goodness* (higher is better: accuracy as is, losses negated), so one rule reads the same on a

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from normfree.specs import BASELINES, NORM_ALIASES
+from normfree.specs import BASELINES, expand_alias
 
 Family = Literal["vit", "dit"]
 # What the number measures, which decides the proxy metric it is compared with (see report.py):
@@ -90,11 +90,10 @@ class Cell(_Model):
 
     def expanded(self) -> Cell:
         """The cell with a paper alias replaced by its operator (``derf`` -> erf + s)."""
-        alias = NORM_ALIASES.get(self.function.lower())
-        if alias is None:
+        function, shift = expand_alias(self.function, self.shift)
+        if function == self.function:
             return self
-        shift = alias.get("shift", "none") if self.shift == "none" else self.shift
-        return self.model_copy(update={"function": alias["name"], "shift": shift})
+        return self.model_copy(update={"function": function, "shift": shift})
 
     def norm_fields(self) -> dict[str, Any]:
         """The NormSpec fields that train this cell (name, shift, alpha0, learn_alpha)."""
@@ -260,12 +259,7 @@ def norm_cell_key(norm: dict[str, Any]) -> str | None:
     (a stored user candidate whose formula was not kept: it matches no reference row)."""
     name = str(norm.get("name", ""))
     formula = norm.get("formula")
-    alias = NORM_ALIASES.get(name.lower()) if formula is None else None
-    shift = norm.get("shift", "none")
-    if alias is not None:
-        name = alias["name"]
-        if shift == "none":
-            shift = alias.get("shift", "none")
+    name, shift = expand_alias(name, norm.get("shift", "none"), formula)
     try:
         fkey = _function_key(name, formula)
     except ValueError:

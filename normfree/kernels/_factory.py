@@ -10,7 +10,18 @@ from torch import nn
 from normfree.kernels._module import AlphaParam, PointwiseNorm, Shift
 from normfree.kernels._ops import Backend
 from normfree.search_space import catalog, parse
-from normfree.specs import NormSpec
+from normfree.search_space.baselines import NAMES as BASELINE_NAMES
+from normfree.specs import NORM_ALIASES, NormSpec, resolve_alias
+
+# The baselines' modules, by name (``search_space.baselines`` lists them with their citations):
+# ``(dim, affine) -> module``. Every other name is a paper alias (``specs.NORM_ALIASES``) or a
+# pointwise function the catalog resolves.
+BASELINE_MODULES: dict[str, Callable[[int, bool], nn.Module]] = {
+    "layernorm": lambda dim, affine: nn.LayerNorm(dim, elementwise_affine=affine),
+    "rmsnorm": lambda dim, affine: nn.RMSNorm(dim, elementwise_affine=affine),
+    "identity": lambda dim, affine: nn.Identity(),
+}
+assert tuple(BASELINE_MODULES) == BASELINE_NAMES, "one module per baseline"
 
 
 def _resolve_candidate(name: str, formula: str | None) -> Any:
@@ -32,13 +43,16 @@ def create_norm(
 ) -> nn.Module:
     """A norm layer for ``dim`` channels from a name, a formula, a Candidate or a NormSpec.
 
-    Strings: "layernorm" / "rmsnorm" / "identity" are the baselines (``nn.LayerNorm``,
-    ``nn.RMSNorm``, ``nn.Identity``); anything else goes through ``catalog.resolve`` (a catalog
-    name, a transform call such as ``"shift_h(erf, 0.5)"``, or a formula). A NormSpec brings its
-    own options; keyword arguments given here override them. Defaults: shift "none", affine on,
-    alpha0 0.5, alpha learnable (science.md section 1).
+    Strings: the baselines (:data:`BASELINE_MODULES`: ``nn.LayerNorm``, ``nn.RMSNorm``,
+    ``nn.Identity``), the papers' aliases (``"derf"`` is erf with a scalar shift, ``"dyt"`` tanh),
+    else ``catalog.resolve`` (a catalog name, a transform call such as ``"shift_h(erf, 0.5)"``,
+    or a formula). A NormSpec brings its own options; keyword arguments given here override
+    them. Defaults: shift "none", affine on, alpha0 0.5, alpha learnable (science.md section 1).
     """
+    if isinstance(spec, str) and spec.strip().lower() in NORM_ALIASES:
+        spec = NormSpec(name=spec.strip().lower())
     if isinstance(spec, NormSpec):
+        spec = resolve_alias(spec)
         shift = spec.shift if shift is None else shift
         affine = spec.affine if affine is None else affine
         alpha0 = spec.alpha0 if alpha0 is None else alpha0
@@ -48,13 +62,8 @@ def create_norm(
         candidate = _resolve_candidate(spec.name, spec.formula)
     elif isinstance(spec, str):
         key = spec.strip().lower()
-        affine_ = True if affine is None else affine
-        if key == "layernorm":
-            return nn.LayerNorm(dim, elementwise_affine=affine_)
-        if key == "rmsnorm":
-            return nn.RMSNorm(dim, elementwise_affine=affine_)
-        if key == "identity":
-            return nn.Identity()
+        if key in BASELINE_MODULES:
+            return BASELINE_MODULES[key](dim, True if affine is None else affine)
         candidate = _resolve_candidate(spec, None)
     elif hasattr(spec, "expr") and hasattr(spec, "derivative"):
         candidate = spec

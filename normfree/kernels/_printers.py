@@ -40,6 +40,8 @@ from typing import ClassVar
 import numpy as np
 import sympy
 
+from normfree.search_space.primitives import printer_functions
+
 __all__ = [
     "TRITON_HELPERS",
     "CPrinter",
@@ -370,21 +372,7 @@ class _Printer:
 class TorchPrinter(_Printer):
     """Python over torch tensors (the CPU path and ``torch.compile``'s input)."""
 
-    functions: ClassVar[dict[type, str]] = {
-        sympy.exp: "torch.exp",
-        sympy.log: "torch.log",
-        sympy.erf: "torch.erf",
-        sympy.erfc: "torch.erfc",
-        sympy.tanh: "torch.tanh",
-        sympy.atan: "torch.atan",
-        sympy.asinh: "torch.asinh",
-        sympy.sinh: "torch.sinh",
-        sympy.cosh: "torch.cosh",
-        sympy.sin: "torch.sin",
-        sympy.cos: "torch.cos",
-        sympy.Abs: "torch.abs",
-        sympy.sign: "torch.sign",
-    }
+    functions: ClassVar[dict[type, str]] = printer_functions("torch_code")  # primitives table
 
     def where(self, cond: str, a: str, b: str) -> str:
         return f"torch.where({cond}, {a}, {b})"
@@ -411,21 +399,7 @@ class TorchPrinter(_Printer):
 class TritonPrinter(_Printer):
     """Triton from core ops only (see the module docstring for the dialect decision)."""
 
-    functions: ClassVar[dict[type, str]] = {
-        sympy.exp: "tl.exp",
-        sympy.log: "tl.log",
-        sympy.erf: "tl.math.erf",
-        sympy.erfc: "_erfc",
-        sympy.tanh: "_tanh",
-        sympy.atan: "_atan",
-        sympy.asinh: "_asinh",
-        sympy.sinh: "_sinh",
-        sympy.cosh: "_cosh",
-        sympy.sin: "tl.sin",
-        sympy.cos: "tl.cos",
-        sympy.Abs: "tl.abs",
-        sympy.sign: "_sign",
-    }
+    functions: ClassVar[dict[type, str]] = printer_functions("triton")  # primitives table
 
     def call(self, func: type, arg: str) -> str:
         text = super().call(func, arg)
@@ -646,21 +620,7 @@ static inline float nf_pow(float x, float p) {{ return nf_exp(p * logf(x)); }}
 class CPrinter(_Printer):
     """C99 over ``float`` for the native CPU path (see :func:`c_helpers` for the functions)."""
 
-    functions: ClassVar[dict[type, str]] = {
-        sympy.exp: "nf_exp",
-        sympy.log: "logf",
-        sympy.erf: "nf_erf",
-        sympy.erfc: "nf_erfc",
-        sympy.tanh: "nf_tanh",
-        sympy.atan: "nf_atan",
-        sympy.asinh: "nf_asinh",
-        sympy.sinh: "nf_sinh",
-        sympy.cosh: "nf_cosh",
-        sympy.sin: "sinf",
-        sympy.cos: "cosf",
-        sympy.Abs: "fabsf",
-        sympy.sign: "nf_sign",
-    }
+    functions: ClassVar[dict[type, str]] = printer_functions("c")  # primitives table
 
     def number(self, value: float) -> str:
         if value != value:

@@ -14,26 +14,71 @@ log, erf, erfc, tanh, atan, asinh, sinh, cosh, sin, cos, Min, Max, and Piecewise
 (<, <=, >, >=, Eq, Ne) and logical (And, Or, Not) conditions.
 """
 
-from normfree.search_space import catalog, transforms
-from normfree.search_space._parser import (
-    MAX_CONSTANT,
-    MAX_DEPTH,
-    MAX_EXPONENT,
-    MAX_LENGTH,
-    MAX_NODES,
-    U,
-)
-from normfree.search_space.candidate import Candidate, Lineage, TransformStep, parse
-from normfree.search_space.dedup import (
-    PROBE_GRID,
-    canonical_form,
-    find_duplicate,
-    fingerprint,
-    same_function,
-)
-from normfree.search_space.errors import ExpressionError
-from normfree.search_space.evaluation import evaluate, plot_data, torch_fn
-from normfree.search_space.properties import Properties, compute_properties
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public names and the module that defines each. They load on first use: the CLI's quick
+# commands read the catalog index (``catalog_index``) without importing sympy at all.
+_LAZY = {
+    "MAX_CONSTANT": "_parser",
+    "MAX_DEPTH": "_parser",
+    "MAX_EXPONENT": "_parser",
+    "MAX_LENGTH": "_parser",
+    "MAX_NODES": "_parser",
+    "U": "_parser",
+    "Candidate": "candidate",
+    "Lineage": "candidate",
+    "TransformStep": "candidate",
+    "parse": "candidate",
+    "PROBE_GRID": "dedup",
+    "canonical_form": "dedup",
+    "find_duplicate": "dedup",
+    "fingerprint": "dedup",
+    "same_function": "dedup",
+    "ExpressionError": "errors",
+    "evaluate": "evaluation",
+    "plot_data": "evaluation",
+    "torch_fn": "evaluation",
+    "Properties": "properties",
+    "compute_properties": "properties",
+}
+_SUBMODULES = ("catalog", "transforms", "catalog_index", "grammar")
+
+if TYPE_CHECKING:
+    from normfree.search_space import catalog, transforms
+    from normfree.search_space._parser import (
+        MAX_CONSTANT,
+        MAX_DEPTH,
+        MAX_EXPONENT,
+        MAX_LENGTH,
+        MAX_NODES,
+        U,
+    )
+    from normfree.search_space.candidate import Candidate, Lineage, TransformStep, parse
+    from normfree.search_space.dedup import (
+        PROBE_GRID,
+        canonical_form,
+        find_duplicate,
+        fingerprint,
+        same_function,
+    )
+    from normfree.search_space.errors import ExpressionError
+    from normfree.search_space.evaluation import evaluate, plot_data, torch_fn
+    from normfree.search_space.properties import Properties, compute_properties
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_CONSTANT",

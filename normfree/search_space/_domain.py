@@ -12,7 +12,7 @@ The check is layered so that it is both cheap and hard to fool:
 2. numeric, float64: f and f' on a dense grid over [-100, 100] that contains 0, the integers and the
    exact kink points, plus tiny and moderately large |u|; near-zeros of every denominator are
    refined by bounded minimisation so that 1/(u - 0.3)**2 is caught between grid points;
-3. numeric, float32 (torch) on [-10, 10]: what a kernel will actually compute;
+3. numeric, float32 (numpy, IEEE as the kernels) on [-10, 10]: what a kernel will actually compute;
 4. the rest of the real line: every denominator, log argument and fractional-power base on a
    log-spaced grid of |u| from 100 to 1e300, where a sign change is a root (refined by brentq and
    refused: ``1/(exp(u-150)-1)``) and a negative value a non-real power or log
@@ -27,9 +27,7 @@ Functions that are finite everywhere but overflow only for large |u| (exp(u), co
 from __future__ import annotations
 
 import numpy as np
-import scipy.optimize
 import sympy
-import torch
 
 from normfree.search_space._derivative import poly_real_roots
 from normfree.search_space._numeric import evaluate_array, evaluate_numpy
@@ -71,6 +69,8 @@ def _far_sign_change(g: sympy.Expr) -> float | None:
         idx = np.where(ok[:-1] & ok[1:] & (np.sign(vals[:-1]) != np.sign(vals[1:])))[0]
         if idx.size:
             a, b = float(side[idx[0]]), float(side[idx[0] + 1])
+            import scipy.optimize  # here: few formulas get this far, and it costs a CLI 0.3 s
+
             try:
                 return float(
                     scipy.optimize.brentq(
@@ -118,6 +118,8 @@ def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
     candidates = interior[np.argsort(vals[interior])][:_MAX_MINIMA]
     for i in candidates:
         lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+        import scipy.optimize  # here: most formulas never reach it, and it costs a CLI 0.3 s
+
         res = scipy.optimize.minimize_scalar(
             lambda t: float(np.abs(evaluate_numpy(g, np.array([t]))[0])),
             bounds=(lo, hi),
@@ -198,12 +200,14 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
             )
     # 4a: the limits at +-infinity must be real (bounded symbolic work, see .limits).
     check_real_at_infinity(expr)
-    # 3: float32, as a kernel computes it.
-    small = grid[np.abs(grid) <= 10.0]
-    x32 = torch.tensor(small, dtype=torch.float32)
+    # 3: float32, as a kernel computes it. numpy's float32 follows the IEEE rules the kernels
+    # do (overflow to inf, inf - inf = NaN), so checking here needs no torch: a formula is
+    # checked in the time of its parse, not of a torch import.
+    x32 = grid[np.abs(grid) <= 10.0].astype(np.float32)
     for what, e in (("the formula", expr), ("its derivative", derivative)):
-        vals = evaluate_array(e, x32)
-        bad = torch.nonzero(~torch.isfinite(vals))
-        if bad.numel():
-            at = float(x32[bad[0, 0]])
+        with np.errstate(all="ignore"):
+            vals = evaluate_array(e, x32)
+        bad = np.nonzero(~np.isfinite(vals))[0]
+        if bad.size:
+            at = float(x32[bad[0]])
             raise ExpressionError(f"{what} is not finite in float32 at u={_fmt(at)}; {HINT}")

@@ -9,34 +9,25 @@ memoises on the sympy node). It only ever sees expressions built by our parser o
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
-import scipy.special
 import sympy
-import torch
 
 from normfree.search_space._parser import U
+from normfree.search_space.primitives import (
+    BY_SYMPY,
+    MINMAX,
+    PRIMITIVES,
+    resolve_numeric,
+    resolve_torch,
+)
 
 # The node types the kernel printers rely on (brief: "the ONLY sympy node types").
-ALLOWED_FUNCS: tuple[type, ...] = (
-    sympy.Abs,
-    sympy.sign,
-    sympy.exp,
-    sympy.log,
-    sympy.erf,
-    sympy.erfc,
-    sympy.tanh,
-    sympy.atan,
-    sympy.asinh,
-    sympy.sinh,
-    sympy.cosh,
-    sympy.sin,
-    sympy.cos,
-    sympy.Min,
-    sympy.Max,
-)
+ALLOWED_FUNCS: tuple[type, ...] = (*(p.sympy for p in PRIMITIVES), *MINMAX)
 _RELATIONALS = (
     sympy.StrictLessThan,
     sympy.LessThan,
@@ -80,58 +71,45 @@ class _Backend:
         self.lib = lib
         if lib == "numpy":
             self.funcs: dict[type, Callable[[Any], Any]] = {
-                sympy.Abs: np.abs,
-                sympy.sign: np.sign,
-                sympy.exp: np.exp,
-                sympy.log: np.log,
-                sympy.erf: scipy.special.erf,
-                sympy.erfc: scipy.special.erfc,
-                sympy.tanh: np.tanh,
-                sympy.atan: np.arctan,
-                sympy.asinh: np.arcsinh,
-                sympy.sinh: np.sinh,
-                sympy.cosh: np.cosh,
-                sympy.sin: np.sin,
-                sympy.cos: np.cos,
+                p.sympy: resolve_numeric(p.numpy) for p in PRIMITIVES
             }
             self.where = np.where
             self.minimum, self.maximum = np.minimum, np.maximum
             self.logical_and, self.logical_or = np.logical_and, np.logical_or
             self.logical_not = np.logical_not
         else:
-            self.funcs = {
-                sympy.Abs: torch.abs,
-                sympy.sign: torch.sign,
-                sympy.exp: torch.exp,
-                sympy.log: torch.log,
-                sympy.erf: torch.special.erf,
-                sympy.erfc: torch.special.erfc,
-                sympy.tanh: torch.tanh,
-                sympy.atan: torch.atan,
-                sympy.asinh: torch.asinh,
-                sympy.sinh: torch.sinh,
-                sympy.cosh: torch.cosh,
-                sympy.sin: torch.sin,
-                sympy.cos: torch.cos,
-            }
+            import torch
+
+            self.funcs = {p.sympy: resolve_torch(p.torch) for p in PRIMITIVES}
             self.where = torch.where
             self.minimum, self.maximum = torch.minimum, torch.maximum
             self.logical_and, self.logical_or = torch.logical_and, torch.logical_or
             self.logical_not = torch.logical_not
 
 
-_BACKENDS = {"numpy": _Backend("numpy"), "torch": _Backend("torch")}
+@cache
+def _backend(lib: str) -> _Backend:
+    """One backend per library, built on first use (torch is imported only for tensors)."""
+    return _Backend(lib)
+
+
+def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor, without importing torch (a tensor means it is loaded)."""
+    # getattr: another thread may be importing torch right now (the module is in sys.modules
+    # before ``Tensor`` is defined); no tensor can exist before the class does.
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    return tensor is not None and isinstance(x, tensor)
 
 
 def _full_like(x: Any, value: float) -> Any:
-    if isinstance(x, torch.Tensor):
-        return torch.full_like(x, value)
+    if is_tensor(x):
+        return sys.modules["torch"].full_like(x, value)
     return np.full_like(x, value)
 
 
 def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
     """Evaluate ``expr`` elementwise at ``x`` (a numpy array or a torch tensor), same dtype."""
-    backend = _BACKENDS["torch" if isinstance(x, torch.Tensor) else "numpy"]
+    backend = _backend("torch" if is_tensor(x) else "numpy")
     memo: dict[sympy.Basic, Any] = {}
 
     def as_array(v: Any) -> Any:
@@ -364,22 +342,11 @@ def evaluate_point(
                 return mpmath.sign(arg)
             if isinstance(node, sympy.log):
                 return mpmath.log(arg) if arg > 0 else (-mp.inf if arg == 0 else mp.nan)
-            if isinstance(node, sympy.atan):
-                return mpmath.atan(arg)
-            if isinstance(node, sympy.asinh):
-                return mpmath.asinh(arg)
-            for cls, name in (
-                (sympy.exp, "exp"),
-                (sympy.sinh, "sinh"),
-                (sympy.cosh, "cosh"),
-                (sympy.tanh, "tanh"),
-                (sympy.erf, "erf"),
-                (sympy.erfc, "erfc"),
-                (sympy.sin, "sin"),
-                (sympy.cos, "cos"),
-            ):
-                if isinstance(node, cls):
-                    return _mp_guarded(name, arg, mp)
+            prim = BY_SYMPY.get(type(node))
+            if prim is not None and prim.mpmath == "guarded":
+                return _mp_guarded(prim.name, arg, mp)
+            if prim is not None:
+                return getattr(mpmath, prim.mpmath)(arg)
             raise ValueError(f"cannot evaluate sympy node {type(node).__name__}")
 
         try:

@@ -29,6 +29,7 @@ import sympy
 
 from normfree.search_space.cost import MAX_SWITCHES
 from normfree.search_space.errors import ExpressionError
+from normfree.search_space.primitives import BY_NAME, PRIMITIVES
 
 U = sympy.Symbol("u", real=True)
 
@@ -142,29 +143,20 @@ def _sigmoid(v: sympy.Expr) -> sympy.Expr:
 
 _HALF = sympy.Rational(1, 2)
 
+# Other names of primitives (``search_space.primitives``): numpy's and the papers' spellings.
+ALIASES = {"arctan": "atan", "arcsinh": "asinh", "ln": "log"}
+
 FUNCTIONS: dict[str, tuple[int, int, Builder]] = {
-    "erf": (1, 1, sympy.erf),
-    "erfc": (1, 1, sympy.erfc),
-    "tanh": (1, 1, sympy.tanh),
+    # the primitives, one sympy node each, and their aliases
+    **{p.name: (1, 1, p.sympy) for p in PRIMITIVES},
+    **{alias: (1, 1, BY_NAME[name].sympy) for alias, name in ALIASES.items()},
+    # functions the language spells with the primitives
     "sigmoid": (1, 1, _sigmoid),
-    "atan": (1, 1, sympy.atan),
-    "arctan": (1, 1, sympy.atan),
-    "asinh": (1, 1, sympy.asinh),
-    "arcsinh": (1, 1, sympy.asinh),
-    "sinh": (1, 1, sympy.sinh),
-    "cosh": (1, 1, sympy.cosh),
-    "sin": (1, 1, sympy.sin),
-    "cos": (1, 1, sympy.cos),
-    "exp": (1, 1, sympy.exp),
     "expm1": (1, 1, lambda v: sympy.exp(v) - 1),
-    "log": (1, 1, sympy.log),
-    "ln": (1, 1, sympy.log),
     "log1p": (1, 1, lambda v: sympy.log(1 + v)),
     "sqrt": (1, 1, lambda v: sympy.Pow(v, _HALF)),
     # Real cube root (sympy's Pow(v, 1/3) is complex for v < 0).
     "cbrt": (1, 1, lambda v: sympy.sign(v) * sympy.Pow(sympy.Abs(v), sympy.Rational(1, 3))),
-    "abs": (1, 1, sympy.Abs),
-    "sign": (1, 1, sympy.sign),
     # clip(v) clips to [-1, 1] as in science.md; clip(v, lo, hi) to [lo, hi].
     "clip": (1, 3, _clip),
     "clamp": (1, 3, _clip),
@@ -182,27 +174,13 @@ VARIABLES = ("u", "x")
 # Floats of the constant functions, used to bound constant sub-expressions *before* sympy
 # builds them (so 999999**32 is refused without sympy ever computing it).
 _FLOAT_FUNCS: dict[str, Callable[..., float]] = {
-    "erf": math.erf,
-    "erfc": math.erfc,
-    "tanh": math.tanh,
+    **{p.name: p.math for p in PRIMITIVES},
+    **{alias: BY_NAME[name].math for alias, name in ALIASES.items()},
     "sigmoid": lambda v: 0.5 * (1 + math.tanh(v / 2)),
-    "atan": math.atan,
-    "arctan": math.atan,
-    "asinh": math.asinh,
-    "arcsinh": math.asinh,
-    "sinh": math.sinh,
-    "cosh": math.cosh,
-    "sin": math.sin,
-    "cos": math.cos,
-    "exp": math.exp,
     "expm1": math.expm1,
-    "log": math.log,
-    "ln": math.log,
     "log1p": math.log1p,
     "sqrt": math.sqrt,
     "cbrt": lambda v: math.copysign(abs(v) ** (1 / 3), v),
-    "abs": abs,
-    "sign": lambda v: float((v > 0) - (v < 0)),
     "clip": lambda v, lo=-1.0, hi=1.0: min(max(v, lo), hi),
     "clamp": lambda v, lo=-1.0, hi=1.0: min(max(v, lo), hi),
     "min": min,
@@ -212,6 +190,7 @@ _FLOAT_FUNCS: dict[str, Callable[..., float]] = {
     "silu": lambda v: v * 0.5 * (1 + math.tanh(v / 2)),
     "gelu": lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2,
 }
+assert set(_FLOAT_FUNCS) == set(FUNCTIONS), "every function folds to a float"
 
 
 @dataclass(frozen=True)

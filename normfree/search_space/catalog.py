@@ -10,11 +10,13 @@ across the catalog, the baselines and the transforms.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from normfree.search_space._parser import FUNCTIONS, Token, parse_expr_text, tokenize
+from normfree.search_space.baselines import BASELINES, Baseline
 from normfree.search_space.candidate import Candidate, Lineage, build_candidate
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.transforms import TRANSFORMS, apply
@@ -70,41 +72,6 @@ ENTRIES: tuple[Entry, ...] = (
 
 SEARCH16: tuple[str, ...] = tuple(e.name for e in ENTRIES[:16])
 
-
-@dataclass(frozen=True)
-class Baseline:
-    """A reference entry that is not a pointwise formula (the kernels layer builds the module)."""
-
-    name: str
-    group: str
-    citation: str
-    description: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "name": self.name,
-            "group": self.group,
-            "citation": self.citation,
-            "description": self.description,
-            "kind": "baseline",
-        }
-
-
-BASELINES: tuple[Baseline, ...] = (
-    Baseline(
-        "layernorm",
-        "baseline",
-        "Ba, Kiros, Hinton: Layer Normalization (2016)",
-        "per-token mean/variance normalisation with affine gamma, beta",
-    ),
-    Baseline(
-        "rmsnorm",
-        "baseline",
-        "Zhang, Sennrich: Root Mean Square Layer Normalization (2019)",
-        "per-token RMS normalisation with gain",
-    ),
-    Baseline("identity", "baseline", "-", "no normalisation at all"),
-)
 
 _BY_NAME = {e.name: e for e in ENTRIES}
 _BASELINES = {b.name: b for b in BASELINES}
@@ -287,6 +254,27 @@ def resolve(text: str) -> Candidate:
     return cand
 
 
+@functools.lru_cache(maxsize=4096)
+def describe(text: str) -> tuple[str, dict[str, Any]] | None:
+    """(group, JSON-safe properties) of a catalog name or transform call; None if unknown.
+
+    Leaderboards ask this for arms that have no stored candidate row (catalog functions and
+    transform calls are not stored), so the CLI and the API file them in the same group.
+    50-200 ms of sympy the first time per name.
+    """
+    from normfree.jsonsafe import finite
+
+    try:
+        cand = resolve(text)
+    except (ExpressionError, KeyError, ValueError):
+        return None
+    try:
+        props = cand.properties.model_dump(mode="json")
+    except Exception:  # a property computation that fails must not hide the arm's group
+        props = {}
+    return cand.group, finite(props, "text")  # as the candidate pages show them
+
+
 __all__ = [
     "BASELINES",
     "ENTRIES",
@@ -296,6 +284,7 @@ __all__ = [
     "all",
     "baseline",
     "baselines",
+    "describe",
     "get",
     "is_baseline",
     "names",

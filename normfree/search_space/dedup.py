@@ -101,7 +101,12 @@ def same_function(a: Candidate, b: Candidate) -> bool:
     """True when ``a`` and ``b`` agree on the probe grid within a relative 1e-9."""
     if a.canonical == b.canonical:
         return True
-    va, vb = _values(a), _values(b)
+    return same_values(_values(a), _values(b))
+
+
+def same_values(va: np.ndarray, vb: np.ndarray) -> bool:
+    """Two probe vectors (:func:`probe_values`) are one function: the same non-finite points,
+    equal there, and within a relative 1e-9 elsewhere."""
     both_finite = np.isfinite(va) & np.isfinite(vb)
     if not np.array_equal(np.isfinite(va), np.isfinite(vb)):
         return False

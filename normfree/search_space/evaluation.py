@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from normfree.search_space._numeric import evaluate_array
+from normfree.search_space._numeric import evaluate_array, is_tensor
 from normfree.search_space.candidate import Candidate
+
+if TYPE_CHECKING:  # torch is imported by whoever hands us a tensor, not by the search space
+    import torch
 
 
 def evaluate(candidate: Candidate, x: Any, derivative: bool = False) -> Any:
@@ -19,8 +21,10 @@ def evaluate(candidate: Candidate, x: Any, derivative: bool = False) -> Any:
     (clear, not fast); the kernels layer generates fused code from the same expression.
     """
     expr = candidate.derivative if derivative else candidate.expr
-    if isinstance(x, torch.Tensor):
+    if is_tensor(x):
         if not x.is_floating_point():
+            import torch
+
             x = x.to(torch.get_default_dtype())
         return evaluate_array(expr, x)
     arr = np.asarray(x)

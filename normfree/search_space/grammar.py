@@ -35,6 +35,7 @@ import sympy
 from normfree.search_space._parser import MAX_DEPTH, MAX_EXPONENT, MAX_NODES, U
 from normfree.search_space.candidate import Candidate, parse
 from normfree.search_space.errors import ExpressionError
+from normfree.search_space.primitives import PRIMITIVES
 
 __all__ = [
     "BINARY",
@@ -180,20 +181,9 @@ def _is_constant(node: sympy.Basic) -> bool:
 # ------------------------------------------------------------------------------ printing
 
 
+# The language's name of every head ``to_text`` prints (search_space.primitives, min and max).
 _NAMES: dict[type, str] = {
-    sympy.erf: "erf",
-    sympy.erfc: "erfc",
-    sympy.tanh: "tanh",
-    sympy.atan: "atan",
-    sympy.asinh: "asinh",
-    sympy.sinh: "sinh",
-    sympy.cosh: "cosh",
-    sympy.sin: "sin",
-    sympy.cos: "cos",
-    sympy.exp: "exp",
-    sympy.log: "log",
-    sympy.Abs: "abs",
-    sympy.sign: "sign",
+    **{p.sympy: p.name for p in PRIMITIVES},
     sympy.Min: "min",
     sympy.Max: "max",
 }

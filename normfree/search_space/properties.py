@@ -27,7 +27,6 @@ import math
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import scipy.optimize
 import sympy
 from pydantic import BaseModel, ConfigDict
 
@@ -258,6 +257,8 @@ def _switch_points(expr: sympy.Expr) -> list[float]:
         change = np.where(np.sign(vals[:-1]) * np.sign(vals[1:]) < 0)[0]
         for i in change[:10]:
             try:
+                import scipy.optimize  # here: only sign changes need it (import is 0.3 s)
+
                 root = scipy.optimize.brentq(
                     lambda t, g=g: float(_f(g, t)[0]), grid[i], grid[i + 1], xtol=1e-14
                 )

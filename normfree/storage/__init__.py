@@ -5,6 +5,7 @@
 ``repository.py`` for the guarantees (idempotent planning, exclusive leases, results written once).
 """
 
+from normfree.specs import STUDY_STATUSES, TERMINAL_TRIAL_STATUSES, TRIAL_STATUSES
 from normfree.storage import stats
 from normfree.storage.db import (
     Database,
@@ -13,7 +14,10 @@ from normfree.storage.db import (
     normalize_url,
     optuna_storage_url,
 )
-from normfree.storage.models import STUDY_STATUSES, TERMINAL_TRIAL_STATUSES, TRIAL_STATUSES
+from normfree.storage.handle import (
+    Storage,
+    open,
+)
 from normfree.storage.repository import LeasedTrial, Repository, arm_key, context_key
 
 __all__ = [
@@ -23,11 +27,13 @@ __all__ = [
     "Database",
     "LeasedTrial",
     "Repository",
+    "Storage",
     "arm_key",
     "context_key",
     "drop_database",
     "ensure_database",
     "normalize_url",
+    "open",
     "optuna_storage_url",
     "stats",
 ]

@@ -36,10 +36,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from normfree.specs import RUN_OUTCOME_STATUSES
 from normfree.storage.models import ArmResultRow, ReadVersionRow, TrialRow, utcnow
 
 # Statuses a leaderboard counts: the trial ran and ended.
-FINISHED = ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
+FINISHED = RUN_OUTCOME_STATUSES  # the trials a board counts
 _COUNTERS = {"DIVERGED": "n_diverged", "FAILED": "n_failed", "PRUNED": "n_pruned"}
 # Sorts before every real time: a finished trial without a finish time (rows from before
 # finished_at was always written) counts as the earliest.

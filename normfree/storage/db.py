@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
@@ -121,6 +121,11 @@ class Database:
         """
         with self._read_engine.begin() as conn:
             yield conn
+
+    def ping(self) -> None:
+        """One round trip to the database (health checks); raises what the driver raises."""
+        with self.read() as conn:
+            conn.execute(text("SELECT 1"))
 
     def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema with Alembic (idempotent; safe to call at every start)."""

@@ -19,7 +19,7 @@ rebuilt after one trial finished recomputes only the arms whose values changed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -54,6 +54,65 @@ class Arm:
     n_pruned: int
     by_seed: dict[int, float] = field(default_factory=dict)
     study_ids: list[int] = field(default_factory=list)
+
+
+def arm_text(function: str, value: Any = None, options: Mapping[str, Any] | None = None) -> str:
+    """How an arm reads everywhere (leaderboards in the API and the CLI, a study's cells):
+    ``erf``, ``shift_h(erf, 0.5)``, ``erf @ 0.5`` (a property study's transform value) and
+    ``erf [alpha0=1, shift=scalar]`` (options that change the arm, sorted)."""
+    label = function
+    if value is not None:
+        label += f" @ {value}"
+    if options:
+        label += " [" + ", ".join(f"{k}={v}" for k, v in sorted(options.items())) + "]"
+    return label
+
+
+# NormSpec's defaults: an option at its default does not distinguish an arm.
+_NORM_DEFAULTS = {"shift": "none", "affine": True, "alpha0": 0.5, "learn_alpha": True}
+
+
+def row_options(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A board row's options worth showing: its overrides and the norm options away from their
+    defaults (two arms of an options study over alpha0 must not read alike)."""
+    extra = dict(row.get("overrides") or {})
+    norm = row.get("norm") or {}
+    for key, default in _NORM_DEFAULTS.items():
+        if key in norm and norm[key] != default:
+            extra[key] = norm[key]
+    return extra
+
+
+# (group, properties) of a function that storage has no candidate row for: catalog functions and
+# transform calls (``search_space.catalog.describe``); None when it is not a catalog function.
+Describe = Callable[[str], tuple[str, Mapping[str, Any]] | None]
+
+
+def row_group(row: Mapping[str, Any], describe: Describe | None) -> tuple[Any, Mapping[str, Any]]:
+    """A board row's group and properties: its stored candidate's, else the catalog's.
+
+    Catalog functions are not stored as candidates, so a board that filtered on stored rows
+    alone would drop them from their own group; the CLI and the API both file rows here.
+    """
+    group, props = row.get("group"), row.get("properties") or {}
+    if (group and props) or group == BASELINE_GROUP or describe is None:
+        return group, props
+    info = describe(row["candidate"])
+    if info is None:
+        return group, props
+    return group or info[0], props or info[1]
+
+
+def in_group(
+    rows: Iterable[Mapping[str, Any]], group: str, describe: Describe | None
+) -> list[dict[str, Any]]:
+    """The rows whose group (stored, else from the catalog) is ``group``, ranks kept."""
+    out = []
+    for r in rows:
+        grp, props = row_group(r, describe)
+        if grp == group:
+            out.append({**r, "group": grp, "properties": props})
+    return out
 
 
 def props_match(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:

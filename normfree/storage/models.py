@@ -43,11 +43,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-STUDY_STATUSES = ("pending", "running", "paused", "cancelled", "complete", "failed")
-TRIAL_STATUSES = ("WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
-# Trial states that end a trial: nothing writes to such a row again.
-TERMINAL_TRIAL_STATUSES = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
-
 
 def utcnow() -> datetime:
     """Timezone-aware now in UTC: the only clock storage uses."""
@@ -196,7 +191,7 @@ class TrialRow(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     eval_train_loss: Mapped[float | None] = mapped_column(FiniteFloat)
     diverged_at_step: Mapped[int | None] = mapped_column(Integer)
-    # first loss-spike step (issue 9; a divergence counts as one); NULL: none, or before 0005
+    # first loss-spike step (a divergence counts as one); NULL: none, or before migration 0005
     spike_step: Mapped[int | None] = mapped_column(Integer)
     # why a DIVERGED trial failed to train (non-finite loss, blow-up, no learning); NULL before 0007
     failure: Mapped[str | None] = mapped_column(String(300))

@@ -15,8 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from normfree.specs import TRIAL_STATUSES
 from normfree.storage import aggregates
-from normfree.storage.models import TRIAL_STATUSES, ArmResultRow, StudyRow, TrialRow
+from normfree.storage.models import ArmResultRow, StudyRow, TrialRow
 
 # Columns of a trial in a study's table (``fields=`` picks among them; ``id`` always comes).
 TRIAL_LIST_FIELDS = (

@@ -28,7 +28,7 @@ from normfree.fidelity.published import NAME as BUILTIN_NAME
 from normfree.fidelity.published import published
 from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, cell_key, norm_cell_key
 from normfree.fidelity.report import ProxyTrial
-from normfree.specs import NormSpec, TrialConfig
+from normfree.specs import TRAINED_STATUSES, NormSpec, TrialConfig
 from normfree.storage.db import Database
 from normfree.storage.models import ReferenceEntryRow, ReferenceSetRow, TrialRow
 
@@ -246,7 +246,7 @@ class ReferenceStore:
         if (proxy is None) == (study_id is None):
             raise ValueError("give a proxy or a study, not both")
         wanted = set(cell_keys) if cell_keys is not None else None
-        finished = ("COMPLETE", "DIVERGED")
+        finished = TRAINED_STATUSES
         with self.db.session(readonly=True) as s:
             q = select(TrialRow.context_key, TrialRow.proxy, func.count()).where(
                 TrialRow.status.in_(finished)

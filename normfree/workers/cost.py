@@ -26,15 +26,13 @@ import dataclasses
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from normfree.settings import Settings, get_settings
 from normfree.specs import BASELINES, StudySpec, TrialConfig
 from normfree.workers.errors import ConfigError
-
-# The largest seed a trial key, Optuna and every supported database store as an integer.
-MAX_SEED = 2**31 - 1
-MAX_EPOCHS = 1000
+from normfree.workers.kinds import StudyParams
+from normfree.workers.kinds.base import MAX_EPOCHS, MAX_SEED
 
 # Seconds of one epoch of each preset on one idle CPU core at its defaults. Measured (README,
 # bench/bench_trial.py, on the AVX2-only Xeon the budgets were set on): vit-digits 45 s / 15
@@ -95,34 +93,6 @@ def _finite(v: float) -> float:
     if not math.isfinite(v):
         raise ValueError("must be a finite number")
     return v
-
-
-class StudyParams(BaseModel):
-    """The keys of ``StudySpec.params`` the engine reads, strictly typed and bounded.
-
-    Generate studies' own keys (generations, population, ...) are validated by
-    ``workers.generate.validate_spec``; they pass through here untouched (``extra="allow"``),
-    but every number anywhere in ``params`` must be finite (:func:`check_finite`).
-    """
-
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
-
-    seed0: StrictInt = Field(default=0, ge=0, le=MAX_SEED)
-    dataset: str | None = Field(default=None, max_length=64)
-    lr: float | None = Field(default=None, gt=0, le=10.0)
-    weight_decay: float | None = Field(default=None, ge=0, le=10.0)
-    warmup_epochs: float | None = Field(default=None, ge=0, le=MAX_EPOCHS)
-    overrides: dict[str, bool | int | float | str] = Field(default_factory=dict, max_length=16)
-    affine: StrictBool | None = None
-    alpha0: float | None = Field(default=None, gt=0, le=100.0)
-    untransformed_cell: StrictBool | None = None
-    alpha0_range: tuple[float, float] | None = None
-    lr_range: tuple[float, float] | None = None
-    n_startup_trials: StrictInt | None = Field(default=None, ge=0, le=1000)
-    top_arms: StrictInt | None = Field(default=None, ge=1, le=100)
-    reduction_factor: StrictInt | None = Field(default=None, ge=2, le=100)
-    min_resource: StrictInt | None = Field(default=None, ge=1, le=MAX_EPOCHS)
-    sampler_seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
 
 
 def check_finite(obj: Any, where: str = "params") -> None:
@@ -315,21 +285,11 @@ class StudyEstimate(BaseModel):
 
 
 def _planned_configs(spec: StudySpec) -> list[TrialConfig]:
-    """The trials a study will run (searches and generate studies: their budgets' worth)."""
-    from normfree.workers import scheduling as sch
+    """The trials a study will run (searches and generate studies: their budgets' worth), as
+    its kind counts them (``StudyKind.budget``)."""
+    from normfree.workers import kinds
 
-    if spec.kind in ("property", "options"):
-        return [p.config for p in sch.plan_grid(spec)]
-    base = TrialConfig(**sch._base_config(spec), norm=sch._norm("erf", spec), seed=0)
-    if spec.kind == "search":
-        n = spec.n_trials or len(sch.search_functions(spec))  # the driver's default
-        n += int(spec.params.get("top_arms", 3)) * spec.extra_seeds_for_top
-        return [base] * n
-    from normfree.workers.generate import validate_spec
-
-    opts = validate_spec(spec)
-    n = (opts.population + opts.generations * opts.n_children(1)) * spec.seeds
-    return [base] * n
+    return kinds.get(spec.kind).budget(spec)
 
 
 def estimate(spec: StudySpec, settings: Settings | None = None) -> StudyEstimate:

@@ -13,7 +13,7 @@ Measured on one fixed batch (forward + backward with temporary hooks), once at i
 - ``grad_norm``: L2 norm of d loss / d (slot input), the gradient flowing back through the slot;
   ``extra.param_grad_norm``: L2 norm of the gradient on the slot's own parameters.
 
-Why a run failed (issue 9) needs what happened BETWEEN probes: :class:`ActivationMonitor` adds
+Why a run failed needs what happened BETWEEN probes: :class:`ActivationMonitor` adds
 ``extra.train_absmax`` / ``train_std_max`` / ``train_out_absmax`` (maxima over the epoch's
 training steps of the slot input's magnitude and std and of its output's magnitude, plus
 ``train_nonfinite`` when something overflowed), recorded even for the epoch a run diverged in;
@@ -149,7 +149,7 @@ def measure(
     return out
 
 
-# ------------------------------------------------------------- stability over training (issue 9)
+# ---------------------------------------------------------------------- stability over training
 # Why a run failed is visible only DURING training: a diverged trial never reaches its next
 # per-epoch probe. ``ActivationMonitor`` keeps, per slot, running maxima over the training steps
 # of the input's largest magnitude and std and of the output's largest magnitude (what the

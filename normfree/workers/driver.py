@@ -36,8 +36,9 @@ from typing import Any
 import optuna
 
 from normfree.settings import Settings, get_settings
-from normfree.specs import StudySpec
+from normfree.specs import TERMINAL_TRIAL_STATUSES, StudySpec
 from normfree.storage import LeasedTrial
+from normfree.workers import kinds
 from normfree.workers import scheduling as sch
 from normfree.workers.cost import check_study
 from normfree.workers.errors import failure_reason
@@ -49,7 +50,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 log = logging.getLogger(__name__)
 
 # Row states after which nothing runs again (and Optuna must have been told).
-_TERMINAL = ("COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED")
+_TERMINAL = TERMINAL_TRIAL_STATUSES
 
 
 def optuna_study_name(study_id: int) -> str:
@@ -83,15 +84,9 @@ def create_study(
         settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
     )
     store.migrate()
-    planned = sch.plan_grid(spec) if spec.kind in ("property", "options") else []
-    if spec.kind == "search":
-        sch.search_distributions(spec)  # validates the candidate list early
-    elif spec.kind == "generate":
-        from normfree.workers.generate import validate_spec
-
-        validate_spec(spec)  # its generations are planned by the driver as results arrive
-    elif spec.kind not in ("property", "options"):
-        raise ValueError(f"study kind {spec.kind!r} is not run by this driver")
+    kind = kinds.get(spec.kind)
+    kind.validate(spec)
+    planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run
     # Two stores (ours and Optuna's) cannot share a transaction: the study is written, and on
     # any failure both are removed again, so a study exists whole or not at all.
     study_id = store.repo.create_study(spec)
@@ -169,14 +164,23 @@ class StudyDriver:
         self.spec = spec
         self.objective, self.direction = sch.objective_of(self.spec.proxy)
         self.optuna = _load_optuna(self.store, self.spec, study_id)
+        self.kind = kinds.get(self.spec.kind)
         self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (trial id, attempt)
-        self._extra_planned = False
+        self.extra_planned = False  # the kind's last round (search: extra seeds) is planned
         self._numbers: dict[int, int | None] = {}  # trial id -> Optuna number (for tell)
-        self._generator: Any = None  # generate studies: workers.generate.GenerativePlanner
+        self.generator: Any = None  # generate studies: workers.generate.GenerativePlanner
+
+    TERMINAL = _TERMINAL
+
+    @property
+    def in_flight(self) -> int:
+        """Trials dispatched and not collected yet."""
+        return len(self._inflight)
 
     # ---------------------------------------------------------------- Optuna bookkeeping
 
-    def _tell(self, number: int | None, status: str, value: float | None) -> None:
+    def tell(self, number: int | None, status: str, value: float | None) -> None:
+        """Tell Optuna how a trial ended (a value only for COMPLETE; FAIL for no value)."""
         if number is None:
             return
         if status == "COMPLETE" and value is not None:
@@ -197,7 +201,7 @@ class StudyDriver:
         }
         for r in rows:
             if r["optuna_number"] in running and r["status"] in _TERMINAL:
-                self._tell(r["optuna_number"], r["status"], r["value"])
+                self.tell(r["optuna_number"], r["status"], r["value"])
         for number in running - known:  # asked, then the driver died before inserting the row
             self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
@@ -217,68 +221,12 @@ class StudyDriver:
         self.store.repo.set_optuna_number(leased.id, trial.number)
         return trial.number
 
-    # ---------------------------------------------------------------- search
-
-    def _search_asked(self) -> int:
-        """Optuna trials asked so far (duplicates and orphans included: they were asked)."""
-        return len(self.optuna.get_trials(deepcopy=False))
-
-    def _ask_search(self) -> bool:
-        """Ask Optuna for one more search point and insert its row. False: budget spent."""
-        n_trials = self.spec.n_trials or len(sch.search_functions(self.spec))
-        if self._search_asked() >= n_trials:
-            return False
-        trial = self.optuna.ask(fixed_distributions=sch.search_distributions(self.spec))
-        seed = sch.paired_seeds(self.spec)[0] if self.spec.seeds else 0
-        config = sch.config_from_params(self.spec, trial.params, seed)
-        existing = self.store.trial_by_key(self.study_id, config.key())
-        if existing is not None:
-            # The sampler proposed a point already trained: reuse its result, train nothing.
-            trial.set_user_attr("duplicate_of", existing["id"])
-            if existing["status"] in _TERMINAL:
-                self._tell(trial.number, existing["status"], existing["value"])
-            else:
-                self.optuna.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-            return True
-        axes = {"function": trial.params[sch.P_NORM], "seed": seed}
-        axes.update({k: v for k, v in trial.params.items() if k != sch.P_NORM})
-        self.store.repo.add_trials(self.study_id, [(config, axes, trial.number)])
-        return True
-
-    def _plan_extra_seeds(self) -> int:
-        rows = self.store.repo.list_trials(self.study_id, status="COMPLETE")
-        search_seed = sch.paired_seeds(self.spec)[0] if self.spec.seeds else 0
-        finished = []
-        for r in rows:
-            # Rank on the search's own seed only, so a restart picks the same top arms.
-            if r["value"] is not None and r["seed"] == search_seed:
-                ax = r["axis_values"]
-                params = {sch.P_NORM: ax["function"]}
-                params.update({k: ax[k] for k in (sch.P_ALPHA0, sch.P_LR) if k in ax})
-                finished.append((params, float(r["value"])))
-        planned = sch.plan_extra_seeds(self.spec, finished, self.direction)
-        self._extra_planned = True
-        before = self.store.repo.study_progress(self.study_id)["total"]
-        self.store.repo.add_trials(self.study_id, [(p.config, p.axis_values) for p in planned])
-        return self.store.repo.study_progress(self.study_id)["total"] - before
-
-    def _next_generation(self) -> bool:
-        """Generate studies: plan the next generation once nothing of the study is in flight
-        (its parents need their results). False: nothing added now, or no generation left."""
-        if self._inflight:
-            return False
-        if self._generator is None:
-            from normfree.workers.generate import GenerativePlanner
-
-            self._generator = GenerativePlanner(self.spec, self.study_id, self.store, self.optuna)
-        return self._generator.next_generation() > 0
-
     # ---------------------------------------------------------------- the loop
 
     def _job(self, leased: LeasedTrial) -> TrialJob:
-        prune = self.spec.kind in ("search", "generate") and self.spec.pruner != "none"
+        prune = self.kind.prunes and self.spec.pruner != "none"
         number = leased.optuna_number
-        if self.spec.kind != "search":
+        if not self.kind.asks_optuna:
             number = self._grid_number(leased)
         self._numbers[leased.id] = number
         return TrialJob(
@@ -313,13 +261,13 @@ class StudyDriver:
             if row["status"] == "WAITING":
                 summary.retried += 1
             elif row["status"] in _TERMINAL:
-                self._tell(row["optuna_number"], row["status"], row["value"])
+                self.tell(row["optuna_number"], row["status"], row["value"])
             return
         summary.trial_s += outcome.trial_s
         summary.report_s += outcome.report_s
         if outcome.status in _TERMINAL:
             number = self._numbers.get(trial_id)
-            self._tell(number, outcome.status, outcome.value)
+            self.tell(number, outcome.status, outcome.value)
 
     def _renew_inflight(self) -> None:
         """Keep the leases of dispatched trials alive from here too.
@@ -375,9 +323,7 @@ class StudyDriver:
                     leased = self.store.repo.lease_next(
                         self.study_id, self.owner, self.settings.lease_seconds
                     )
-                    if leased is None and self.spec.kind == "search" and self._ask_search():
-                        continue
-                    if leased is None and self.spec.kind == "generate" and self._next_generation():
+                    if leased is None and self.kind.refill(self):
                         continue
                     if leased is None:
                         break
@@ -390,10 +336,9 @@ class StudyDriver:
                         break
                     counts = self._progress()
                     if (
-                        self.spec.kind == "search"
-                        and not self._extra_planned
-                        and counts.get("WAITING", 0) + counts.get("RUNNING", 0) == 0
-                        and self._plan_extra_seeds()
+                        counts.get("WAITING", 0) + counts.get("RUNNING", 0) == 0
+                        and not self.extra_planned
+                        and self.kind.finish(self)
                     ):
                         continue
                     if counts.get("RUNNING", 0) == 0 and counts.get("WAITING", 0) == 0:
@@ -411,6 +356,13 @@ class StudyDriver:
                     self._collect(ref, summary)
                 if done:
                     self._progress()
+        except Exception:
+            # A real failure (storage, Optuna, the executor): say so instead of leaving a study
+            # marked running that nothing drives; ``resume`` (or ``study run``) restarts it. An
+            # interrupt is not a failure: the study stays running and a new driver picks it up.
+            if self.store.study_status(self.study_id) == "running":
+                self.store.repo.set_study_status(self.study_id, "failed")
+            raise
         finally:
             # Leave nothing leased to this driver if we stop early (KeyboardInterrupt, error).
             for ref in list(self._inflight):

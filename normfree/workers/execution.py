@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from normfree.settings import Settings, get_settings
 from normfree.specs import EpochRecord, TrialConfig
+from normfree.storage.handle import Storage
 from normfree.workers import localray
 from normfree.workers.errors import ConfigError, failure_reason
 
@@ -93,54 +94,9 @@ class JobOutcome:
         return asdict(self)
 
 
-class TrialStore:
-    """The engine's handle on storage: the shared ``Repository`` plus Optuna's storage."""
-
-    def __init__(
-        self, database_url: str, optuna_url: str | None = None, *, max_attempts: int | None = None
-    ) -> None:
-        from types import SimpleNamespace
-
-        from normfree.storage import Database, Repository, optuna_storage_url
-
-        self.db = Database(database_url)
-        self.url = self.db.url
-        self.repo = Repository(self.db, max_attempts=max_attempts)
-        self.optuna_url = optuna_storage_url(
-            SimpleNamespace(database_url=self.url, optuna_storage_url=optuna_url)
-        )
-        self._optuna: Any = None
-
-    def migrate(self) -> None:
-        """Bring both schemas up (idempotent): ours through Alembic, Optuna's on first use."""
-        from normfree.storage import ensure_database
-
-        ensure_database(self.url)
-        self.db.migrate()
-        self.optuna_storage()
-
-    def optuna_storage(self) -> Any:
-        """Optuna's RDB storage (one engine per process), created on first use."""
-        if self._optuna is None:
-            import optuna
-
-            from normfree.storage import ensure_database
-
-            ensure_database(self.optuna_url)
-            kwargs: dict[str, Any] = {}
-            if self.optuna_url.startswith("sqlite"):
-                # Several processes report to it; wait for the lock instead of failing.
-                kwargs = {"connect_args": {"timeout": 30}}
-            else:
-                kwargs = {"pool_pre_ping": True}
-            self._optuna = optuna.storages.RDBStorage(self.optuna_url, engine_kwargs=kwargs)
-        return self._optuna
-
-    def study_status(self, study_id: int) -> str:
-        study = self.repo.get_study(study_id)
-        if study is None:
-            raise KeyError(f"no study {study_id}")
-        return str(study["status"])
+class TrialStore(Storage):
+    """The engine's handle on storage (``storage.Storage``) plus the lease operations a
+    running trial needs."""
 
     def trial_by_key(self, study_id: int, key: str) -> dict[str, Any] | None:
         return self.repo.get_trial_by_key(study_id, key)
@@ -178,9 +134,9 @@ class _OptunaRelay:
         assert job.optuna_study_name is not None and job.optuna_number is not None
         storage = store.optuna_storage()
         self.study = optuna.load_study(study_name=job.optuna_study_name, storage=storage)
-        trial_id = storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, job.optuna_number
-        )
+        # Through the storage's public API: the study object's own id is private to Optuna.
+        study_id = storage.get_study_id_from_name(job.optuna_study_name)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, job.optuna_number)
         self.trial = optuna.trial.Trial(self.study, trial_id)
         self.objective = job.objective
 
@@ -246,7 +202,7 @@ def _train_and_write(
 ) -> JobOutcome:
     import torch
 
-    from normfree.workers.trainer import train_trial
+    from normfree.workers.trainer import select_device, train_trial
 
     repo = store.repo
     torch.set_num_threads(max(1, job.threads))
@@ -284,7 +240,9 @@ def _train_and_write(
         return False
 
     try:
-        result = train_trial(config, report)
+        result = train_trial(
+            config, report, threads=job.threads, device=select_device(get_settings())
+        )
     finally:
         done.set()
     reason = stop[0] if stop else None

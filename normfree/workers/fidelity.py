@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from normfree.fidelity.reference import cell_key
 from normfree.fidelity.report import BOOTSTRAP, build_report
+from normfree.specs import TRAINED_STATUSES
 from normfree.storage.db import Database
 from normfree.storage.models import StudyRow, TrialRow
 from normfree.storage.references import BUILTIN_NAME, ReferenceStore, default_context_key
@@ -46,9 +47,7 @@ def family_of(proxy: str) -> str:
 
 def _scope_version(db: Database, proxy: str | None, study_id: int | None) -> tuple[int, int]:
     """(count, max id) of the finished trials a report would read: changes when one finishes."""
-    q = select(func.count(), func.max(TrialRow.id)).where(
-        TrialRow.status.in_(("COMPLETE", "DIVERGED"))
-    )
+    q = select(func.count(), func.max(TrialRow.id)).where(TrialRow.status.in_(TRAINED_STATUSES))
     if proxy is not None:
         q = q.where(TrialRow.proxy == proxy, TrialRow.context_key == default_context_key(proxy))
     else:

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from normfree.specs import BASELINES
+from normfree.specs import BASELINES, RUN_OUTCOME_STATUSES
+from normfree.storage.protocols import TrialLedger
 
 __all__ = ["FEATURES", "GROWTH_ORDER", "features_of", "property_importance", "study_importance"]
 
@@ -197,17 +198,13 @@ def property_importance(
     return out
 
 
-def study_importance(repo: Any, study_id: int, **kw: Any) -> dict[str, Any]:
+def study_importance(repo: TrialLedger, study_id: int, **kw: Any) -> dict[str, Any]:
     """:func:`property_importance` over a stored study's trials.
 
     Properties come from the candidates table; catalog names and transforms without a row are
     resolved through the catalog (their properties are computed, not stored).
     """
-    rows = [
-        r
-        for r in repo.list_trials(study_id)
-        if r["status"] in ("COMPLETE", "DIVERGED", "FAILED", "PRUNED")
-    ]
+    rows = [r for r in repo.list_trials(study_id) if r["status"] in RUN_OUTCOME_STATUSES]
     direction = next((r["direction"] for r in rows if r.get("direction")), "maximize")
     props: dict[str, Mapping[str, Any]] = {}
     for name in sorted({r["candidate"] for r in rows} - set(BASELINES)):

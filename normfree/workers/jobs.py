@@ -167,15 +167,15 @@ def _study_status(settings: Settings, study_id: int) -> str:
     """The study's status in storage; KeyError when there is no such study (fail before Ray)."""
     from sqlalchemy.exc import DBAPIError
 
-    from normfree.storage import Database, Repository
+    from normfree import storage
 
-    db = Database(settings.database_url)
+    store = storage.open(settings, migrate=False)
     try:
-        study = Repository(db).get_study(study_id)
+        study = store.repo.get_study(study_id)
     except DBAPIError as exc:  # no schema there (a wrong URL, or nothing created yet)
         raise KeyError(f"no study {study_id} in {settings.database_url}: {exc.orig}") from None
     finally:
-        db.dispose()
+        store.close()
     if study is None:
         raise KeyError(f"no study {study_id} in {settings.database_url}")
     return str(study["status"])

@@ -12,7 +12,7 @@ Two checks on the initialised proxy (same model and data as the preset, a fixed 
    While stepping, :class:`~normfree.workers.diagnostics.ActivationMonitor` tracks every slot's
    activations; ``out_growth`` is the largest growth of a norm's output magnitude (what attention
    and the MLP receive) from the first step to the worst later step, ``absmax_growth`` the same
-   for its input. ``unstable`` (the instability prediction, issue 9) is True when the candidate
+   for its input. ``unstable`` (the instability prediction) is True when the candidate
    does not survive or its outputs grow more than ``OUT_GROWTH_LIMIT`` x: a bounded f cannot
    grow its output past |gamma| + |beta|, so a large growth means nothing is containing the
    stream.
@@ -29,6 +29,7 @@ or did not survive.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -64,18 +65,25 @@ def _growth(first: dict[str, dict[str, float]], later: dict[str, dict[str, float
     return max(ratios) if ratios else None
 
 
-def prescreen(norm: NormSpec | str, proxy: str = DEFAULT_PROXY, seed: int = 0) -> dict[str, Any]:
-    """Signal propagation, high-lr survival and instability of ``norm`` in ``proxy``."""
+def prescreen(
+    norm: NormSpec | str, proxy: str = DEFAULT_PROXY, seed: int = 0, candidate: Any = None
+) -> dict[str, Any]:
+    """Signal propagation, high-lr survival and instability of ``norm`` in ``proxy``.
+
+    ``candidate``: ``norm``'s function already parsed (the API's submissions), used as it is.
+    """
     spec = parse_norm(norm) if isinstance(norm, str) else norm
     t0 = time.perf_counter()
-    res = resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed))
+    res = dataclasses.replace(
+        resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed)), candidate=candidate
+    )
     p = res.preset
     steps = int(p.extra.get("prescreen_steps", PRESCREEN_STEPS))
     lr = p.lr * float(p.extra.get("prescreen_lr_mult", LR_MULTIPLIER))
     batch = int(p.extra.get("prescreen_batch", BATCH))
     bf16 = p.precision == "bf16"
     out: dict[str, Any] = {"proxy": proxy, "norm": res.norm.model_dump(), "seed": seed}
-    with trial_context(seed, get_settings().trial_threads):
+    with trial_context(seed, get_settings().trial_threads):  # on CPU: a prescreen is seconds
         try:
             model = build_model(res)
             task = TASKS[p.task](res)

@@ -1,6 +1,5 @@
-"""From a ``StudySpec`` to trials: grids, option crosses, and the Optuna side of a search.
-
-Three study kinds are scheduled here (``generate`` has its own module):
+"""From a ``StudySpec`` to trials: the pure pieces the study kinds (:mod:`normfree.workers.kinds`)
+are built from: grids, option crosses, and the Optuna side of a search.
 
 - **property**: base functions x transform values x seeds. Every cell runs. Seeds are *paired*:
   seed ``i`` is the same integer in every cell (and in the reference baselines), so two cells can
@@ -110,8 +109,11 @@ def paired_seeds(spec: StudySpec) -> list[int]:
     return [seed0 + i for i in range(spec.seeds)]
 
 
-def _base_config(spec: StudySpec) -> dict[str, Any]:
-    """The TrialConfig fields a study fixes for all its trials (from ``spec.params``)."""
+def base_config(spec: StudySpec) -> dict[str, Any]:
+    """The TrialConfig fields a study fixes for all its trials (from ``spec.params``).
+
+    Every study kind builds its trials from this, so a study-wide setting (lr, dataset,
+    overrides) means the same thing in grids, searches and generate studies."""
     p = spec.params
     overrides = dict(p.get("overrides", {}))
     return {
@@ -125,7 +127,11 @@ def _base_config(spec: StudySpec) -> dict[str, Any]:
     }
 
 
-def _norm(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
+def norm_spec(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
+    """The NormSpec of ``name`` in this study: the study's shift and ``affine``, then ``opts``.
+
+    A baseline keeps only ``affine`` (a shift or alpha0 means nothing to LayerNorm), so a study
+    that turns affine off compares against baselines without it too, whatever its kind."""
     base: dict[str, Any] = {"shift": spec.norm_shift}
     if "affine" in spec.params:
         base["affine"] = bool(spec.params["affine"])
@@ -154,48 +160,59 @@ def option_combinations(options: dict[str, list[Scalar]]) -> list[dict[str, Scal
     ]
 
 
-def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
-    """Every trial of a property or options study, baselines included, cell-major order.
+Cell = tuple[NormSpec, dict[str, Scalar], dict[str, Any], str]  # norm, overrides, axes, role
+
+
+def property_cells(spec: StudySpec) -> tuple[list[Cell], list[dict[str, Scalar]]]:
+    """A property study's cells: every function under the transform at every value (and, with
+    ``untransformed_cell``, the function itself); one model, so one (empty) combination."""
+    if not spec.transform or not (spec.values or spec.params.get("untransformed_cell")):
+        raise ValueError("a property study needs a transform and its values")
+    cells: list[Cell] = []
+    for fn in spec.functions:
+        if spec.params.get("untransformed_cell"):
+            # The paper's "unclipped too" / parameterless cells: f itself, or t(f) when the
+            # transform takes no parameter (sign_flip).
+            name = untransformed_name(spec.transform, fn)
+            cells.append(
+                (norm_spec(name, spec), {}, {"function": fn, spec.transform: None}, "cell")
+            )
+        for v in spec.values:
+            norm = norm_spec(transform_call(spec.transform, fn, v), spec)
+            cells.append((norm, {}, {"function": fn, spec.transform: float(v)}, "cell"))
+    return cells, [{}]
+
+
+def option_cells(spec: StudySpec) -> tuple[list[Cell], list[dict[str, Scalar]]]:
+    """An options study's cells: every function at every combination of option values."""
+    combos = option_combinations(spec.options)
+    cells: list[Cell] = []
+    for fn in spec.functions:
+        for combo in combos:
+            norm_opts = {k: v for k, v in combo.items() if k in NORM_OPTIONS}
+            overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
+            cells.append(
+                (norm_spec(fn, spec, **norm_opts), overrides, {"function": fn, **combo}, "cell")
+            )
+    return cells, combos
+
+
+def plan_cells(
+    spec: StudySpec, cells: list[Cell], combos: list[dict[str, Scalar]]
+) -> list[PlannedTrial]:
+    """Every trial of a grid study: its cells and the baselines beside every combination that
+    changes the model around them, at every paired seed, seed-major.
 
     Ordering puts seed 0 of every cell first, so a study stopped half way has one complete seed of
     every cell rather than all seeds of a few cells.
     """
-    if spec.kind not in ("property", "options"):
-        raise ValueError(f"plan_grid schedules property and options studies, not {spec.kind!r}")
-    if not spec.functions:
-        raise ValueError("a property or options study needs at least one function")
-    base = _base_config(spec)
-    cells: list[tuple[NormSpec, dict[str, Scalar], dict[str, Any], str]] = []
-    if spec.kind == "property":
-        if not spec.transform or not (spec.values or spec.params.get("untransformed_cell")):
-            raise ValueError("a property study needs a transform and its values")
-        for fn in spec.functions:
-            if spec.params.get("untransformed_cell"):
-                # The paper's "unclipped too" / parameterless cells: f itself, or t(f) when the
-                # transform takes no parameter (sign_flip).
-                name = untransformed_name(spec.transform, fn)
-                cells.append(
-                    (_norm(name, spec), {}, {"function": fn, spec.transform: None}, "cell")
-                )
-            for v in spec.values:
-                norm = _norm(transform_call(spec.transform, fn, v), spec)
-                cells.append((norm, {}, {"function": fn, spec.transform: float(v)}, "cell"))
-        combos: list[dict[str, Scalar]] = [{}]
-    else:
-        combos = option_combinations(spec.options)
-        for fn in spec.functions:
-            for combo in combos:
-                norm_opts = {k: v for k, v in combo.items() if k in NORM_OPTIONS}
-                overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
-                cells.append(
-                    (_norm(fn, spec, **norm_opts), overrides, {"function": fn, **combo}, "cell")
-                )
+    base = base_config(spec)
+    cells = list(cells)
     for b in spec.baselines:
-        # A baseline sits beside every option combination that changes the model around it.
         for combo in combos:
             overrides = {k: v for k, v in combo.items() if k not in NORM_OPTIONS}
             axes = {"function": b, "baseline": True, **overrides}
-            cells.append((_norm(b, spec), overrides, axes, "baseline"))
+            cells.append((norm_spec(b, spec), overrides, axes, "baseline"))
     planned: list[PlannedTrial] = []
     seen: set[str] = set()
     for seed in paired_seeds(spec):
@@ -210,6 +227,17 @@ def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
             seen.add(cfg.key())
             planned.append(PlannedTrial(cfg, {**axes, "seed": seed}, role))  # type: ignore[arg-type]
     return planned
+
+
+def plan_grid(spec: StudySpec) -> list[PlannedTrial]:
+    """Every trial of a grid study (property, options), planned by its kind
+    (:mod:`normfree.workers.kinds`); ValueError for a kind whose trials are not a grid."""
+    from normfree.workers import kinds
+
+    kind = kinds.get(spec.kind)
+    if not kind.grid:
+        raise ValueError(f"plan_grid schedules property and options studies, not {spec.kind!r}")
+    return kind.plan(spec)
 
 
 # ---------------------------------------------------------------------------------- search
@@ -242,11 +270,11 @@ def search_distributions(spec: StudySpec) -> dict[str, optuna.distributions.Base
 
 def config_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> TrialConfig:
     """The TrialConfig of one search point (Optuna params) at one seed."""
-    base = _base_config(spec)
+    base = base_config(spec)
     if P_LR in params:
         base["lr"] = float(params[P_LR])
     opts = {"alpha0": float(params[P_ALPHA0])} if P_ALPHA0 in params else {}
-    return TrialConfig(**base, norm=_norm(str(params[P_NORM]), spec, **opts), seed=seed)
+    return TrialConfig(**base, norm=norm_spec(str(params[P_NORM]), spec, **opts), seed=seed)
 
 
 def arm_label(params: dict[str, Any]) -> str:
@@ -295,23 +323,41 @@ def plan_extra_seeds(
 
 
 def make_sampler(spec: StudySpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """The study's sampler. Grid kinds enqueue their own points, so any sampler serves them;
-    random keeps that cheap. TPE starts from a few random trials (``n_startup``, default 5)."""
-    seed = int(spec.params.get("sampler_seed", 0)) if seed is None else seed
-    if spec.kind == "search" and spec.sampler == "tpe":
-        n_startup = int(spec.params.get("n_startup_trials", 5))
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
-    return optuna.samplers.RandomSampler(seed=seed)
+    """The study's sampler, as its kind chooses (``StudyKind.sampler``)."""
+    from normfree.workers import kinds
+
+    return kinds.get(spec.kind).sampler(spec, seed)
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    """The study's pruner, in units of epochs (the step of every intermediate report).
+    """The study's pruner, as its kind chooses (``StudyKind.pruner``)."""
+    from normfree.workers import kinds
+
+    return kinds.get(spec.kind).pruner(spec)
+
+
+def random_sampler(spec: StudySpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """Random, seeded by ``params["sampler_seed"]``: grid kinds enqueue their own points, so any
+    sampler serves them, and random keeps that cheap."""
+    seed = int(spec.params.get("sampler_seed", 0)) if seed is None else seed
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def tpe_sampler(spec: StudySpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """TPE from a few random trials (``params["n_startup_trials"]``, default 5)."""
+    seed = int(spec.params.get("sampler_seed", 0)) if seed is None else seed
+    n_startup = int(spec.params.get("n_startup_trials", 5))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
+
+
+def epoch_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """The pruner ``spec.pruner`` names, in units of epochs (the step of every report).
 
     Successive halving keeps the best 1/reduction_factor at each rung (epochs 1, rf, rf^2, ...);
     hyperband runs several such brackets with different starting rungs; median stops a trial
-    below the median of earlier trials at the same epoch. Grid studies never prune.
+    below the median of earlier trials at the same epoch.
     """
-    if spec.kind not in ("search", "generate") or spec.pruner == "none":
+    if spec.pruner == "none":
         return optuna.pruners.NopPruner()
     rf = int(spec.params.get("reduction_factor", 3))
     budget = spec.epochs

@@ -1,7 +1,8 @@
 """``train_trial(TrialConfig) -> TrialResult``: one proxy, one norm, one seed.
 
-Pure: no database, no Ray, no process-global state left behind (the torch RNG is forked and the
-thread count restored), deterministic for a seed at a fixed thread count. A divergence (NaN/inf
+Pure: no database, no Ray, no settings, no process-global state left behind (the torch RNG is
+forked on every device it seeds and the thread count restored), deterministic for a seed at a
+fixed thread count; where it runs (threads, device) is an argument. A divergence (NaN/inf
 loss, or loss above ``divergence_factor`` x the first step's loss) ends the trial with status
 ``diverged`` and the step; it is a result, never an exception. An invalid config (unknown proxy,
 override or dataset) raises ``ValueError`` before any work; an unexpected error while training
@@ -30,21 +31,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normfree.settings import Settings, get_settings
+from normfree.settings import Settings
 from normfree.specs import (
     BASELINES,
-    NORM_ALIASES,
     EpochRecord,
     LayerDiagnostic,
     NormSpec,
     TrialConfig,
     TrialResult,
+    resolve_alias,
 )
 from normfree.workers import diagnostics
 from normfree.workers.data import Dataset, get_dataset
 from normfree.workers.errors import ConfigError
 from normfree.workers.proxies import PROXIES, Preset, get_preset
-from normfree.workers.proxies.dit import Diffusion, resolve_zero_init_final
+from normfree.workers.proxies.configs import resolve_zero_init_final
+from normfree.workers.proxies.dit import Diffusion
 
 CHECK_EVERY = 8  # steps between divergence checks (one host sync each)
 EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not the trial seed
@@ -52,17 +54,6 @@ EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not
 # backward after every epoch; at 256 it cost dit-digits 0.38 s per 1.6 s epoch (23 s of a trial),
 # and 64 examples (1,024 token rows per slot on the DiT) already pin the statistics down.
 DIAG_BATCH = 64
-
-
-def resolve_alias(spec: NormSpec) -> NormSpec:
-    """Map an alias to its operator; the alias's shift applies unless the spec sets one."""
-    alias = NORM_ALIASES.get(spec.name.lower()) if spec.formula is None else None
-    if alias is None:
-        return spec
-    update = {"name": alias["name"]}
-    if "shift" in alias and spec.shift == "none":
-        update["shift"] = alias["shift"]
-    return spec.model_copy(update=update)
 
 
 def parse_norm(text: str, **fields: Any) -> NormSpec:
@@ -74,27 +65,18 @@ def parse_norm(text: str, **fields: Any) -> NormSpec:
 
 
 def norm_factory(
-    spec: NormSpec, affine: bool = True, alpha_param: str = "linear"
+    spec: NormSpec, affine: bool = True, alpha_param: str = "linear", candidate: Any = None
 ) -> Callable[[int], nn.Module]:
     """``dim -> norm module`` for every slot of a proxy; ``affine`` False for DiT's norms;
-    ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param)."""
+    ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param);
+    ``candidate`` the spec's function when the caller already parsed it."""
     spec = resolve_alias(spec)
     affine = affine and spec.affine
-    try:
-        from normfree.kernels import create_norm
-    except ImportError:
-        create_norm = None
-    if create_norm is None:
-        # Until the kernels layer exists: baselines only.
-        if spec.name == "layernorm":
-            return lambda d: nn.LayerNorm(d, elementwise_affine=affine)
-        if spec.name == "rmsnorm":
-            return lambda d: nn.RMSNorm(d, elementwise_affine=affine)
-        if spec.name == "identity":
-            return lambda d: nn.Identity()
-        raise ValueError(f"norm {spec.name!r} needs normfree.kernels.create_norm")
+    from normfree.kernels import create_norm
+
     target = spec.model_copy(update={"affine": affine})
-    resolved: list[Any] = []  # the candidate, resolved once (parsing is symbolic work)
+    # the candidate, resolved once (parsing is symbolic work), or handed over already parsed
+    resolved: list[Any] = [candidate] if candidate is not None and not spec.is_baseline else []
 
     def make(dim: int) -> nn.Module:
         if resolved:
@@ -140,6 +122,9 @@ class Resolved:
     model_config: Any
     data: Dataset
     norm: NormSpec
+    # The norm's function when the caller already holds it (a submission the API parsed):
+    # building the model then parses nothing again. None: resolved from ``norm``.
+    candidate: Any = None
 
     def describe(self) -> dict[str, Any]:
         out = {f"model.{k}": v for k, v in dataclasses.asdict(self.model_config).items()}
@@ -216,7 +201,10 @@ def _resolve(config: TrialConfig, allow_paths: bool) -> Resolved:
 def build_model(res: Resolved) -> nn.Module:
     """The proxy with every norm slot filled by the resolved norm (uses the global torch RNG)."""
     factory = norm_factory(
-        res.norm, affine=res.preset.norm_affine, alpha_param=res.preset.alpha_param
+        res.norm,
+        affine=res.preset.norm_affine,
+        alpha_param=res.preset.alpha_param,
+        candidate=res.candidate,
     )
     return res.preset.build(res.model_config, factory)
 
@@ -276,16 +264,32 @@ def lr_at(step: int, total: int, warmup: int, base: float, schedule: str) -> flo
 
 
 @contextmanager
-def trial_context(seed: int, threads: int) -> Iterator[None]:
-    """Seed torch locally (forked RNG) and set the thread count, restoring both afterwards."""
+def trial_context(seed: int, threads: int, device: str | torch.device = "cpu") -> Iterator[None]:
+    """Seed torch locally (forked RNG) and set the thread count, restoring both afterwards.
+
+    ``torch.manual_seed`` seeds every CUDA device as well, so on a GPU their generators are
+    forked too: a trial leaves no RNG state behind on any device it can touch.
+    """
     prev = torch.get_num_threads()
-    with torch.random.fork_rng(devices=[]):
+    on_cuda = torch.device(device).type == "cuda"
+    cuda_devices = list(range(torch.cuda.device_count())) if on_cuda else []
+    with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
         torch.set_num_threads(max(1, threads))
         try:
             yield
         finally:
             torch.set_num_threads(prev)
+
+
+def load_splits(
+    task: object, d: Dataset, p: Preset, prep: Callable[[np.ndarray, int | None], torch.Tensor]
+) -> None:
+    """Set ``task.x_/y_train``, ``x_/y_val`` and ``x_/y_test``: inputs through ``prep``, the
+    training split cut at ``p.max_train`` and the evaluation splits at ``p.max_eval``."""
+    for split, limit in (("train", p.max_train), ("val", p.max_eval), ("test", p.max_eval)):
+        setattr(task, f"x_{split}", prep(getattr(d, f"x_{split}"), limit))
+        setattr(task, f"y_{split}", torch.from_numpy(getattr(d, f"y_{split}")[:limit]))
 
 
 # --------------------------------------------------------------------------------- tasks
@@ -300,15 +304,7 @@ class ClassifyTask:
         def prep(x: np.ndarray, limit: int | None) -> torch.Tensor:
             return (torch.from_numpy(x[:limit]) - mean) / std
 
-        self.x_train, self.y_train = (
-            prep(d.x_train, p.max_train),
-            torch.from_numpy(d.y_train[: p.max_train]),
-        )
-        self.x_val, self.y_val = prep(d.x_val, p.max_eval), torch.from_numpy(d.y_val[: p.max_eval])
-        self.x_test, self.y_test = (
-            prep(d.x_test, p.max_eval),
-            torch.from_numpy(d.y_test[: p.max_eval]),
-        )
+        load_splits(self, d, p, prep)
         self.smoothing = p.label_smoothing
         self.mixup = p.mixup
         self.num_classes = d.num_classes
@@ -372,15 +368,7 @@ class DiffusionTask:
         def prep(x: np.ndarray, limit: int | None) -> torch.Tensor:
             return torch.from_numpy(x[:limit]) * 2 - 1  # [0, 1] -> [-1, 1]
 
-        self.x_train, self.y_train = (
-            prep(d.x_train, p.max_train),
-            torch.from_numpy(d.y_train[: p.max_train]),
-        )
-        self.x_val, self.y_val = prep(d.x_val, p.max_eval), torch.from_numpy(d.y_val[: p.max_eval])
-        self.x_test, self.y_test = (
-            prep(d.x_test, p.max_eval),
-            torch.from_numpy(d.y_test[: p.max_eval]),
-        )
+        load_splits(self, d, p, prep)
         self._fixed: dict[str, tuple[torch.Tensor, ...]] = {}
 
     def loss(self, model: nn.Module, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -502,18 +490,23 @@ def train_trial(
     config: TrialConfig,
     report: Callable[[EpochRecord], bool | None] | None = None,
     *,
+    threads: int = 1,
+    device: str | torch.device = "cpu",
     allow_paths: bool = False,
 ) -> TrialResult:
     """Train ``config.proxy`` with ``config.norm`` in every slot; see the module docstring.
 
-    ``allow_paths`` lets the dataset be a file path (``normfree train``; see ``resolve``).
+    ``threads`` and ``device`` are where it runs, not what it computes; the caller decides them
+    (a Ray task from its settings, see :func:`select_device`), so this function reads no
+    settings and two calls with the same arguments do the same work. ``allow_paths`` lets the
+    dataset be a file path (``normfree train``; see ``resolve``).
     """
     t_start = time.perf_counter()
     res = resolve(config, allow_paths=allow_paths)  # ConfigError before any work
     p = res.preset
-    settings = get_settings()
-    threads = settings.trial_threads
-    device = select_device(settings)  # ValueError before any work, like an invalid config
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device is 'cuda' but no CUDA device is visible to this worker")
     curves: list[EpochRecord] = []
     diags: list[LayerDiagnostic] = []
     status, diverged_at, error = "complete", None, None
@@ -523,7 +516,7 @@ def train_trial(
     metrics: dict[str, float] = {}
     eval_train_loss = None
     train_time = 0.0
-    with trial_context(config.seed, threads):
+    with trial_context(config.seed, threads, device):
         try:
             model = build_model(res).to(device)
             task = TASKS[p.task](res)
@@ -536,7 +529,7 @@ def train_trial(
             total = p.epochs * len(batches)
             warmup = round(p.warmup_epochs * len(batches))
             diags += diagnostics.measure(model, task.diag_loss, epoch=0)
-            # per-slot maxima over the training steps (issue 9): enabled only around the
+            # per-slot maxima over the training steps (why a run failed): enabled only around the
             # training forward, read once per epoch, so probes and evaluation do not count
             monitor = diagnostics.ActivationMonitor(model)
             loss_hist: list[torch.Tensor] = []  # per-step losses, for the first-spike step
@@ -646,7 +639,6 @@ def train_trial(
 
 __all__ = [
     "BASELINES",
-    "NORM_ALIASES",
     "PROXIES",
     "build_model",
     "norm_factory",

@@ -5,20 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from normfree.cli import main
-
-
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return res.exit_code, res.output
-
-
-def _json(*args: str) -> object:
-    code, out = _run(*args, "--json")
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
+from tests.cli import run as _run
+from tests.cli import run_json as _json
 
 
 def test_import_list_show_delete(tmp_path: Path) -> None:

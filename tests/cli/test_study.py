@@ -7,26 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from normfree.cli import main
+from tests.cli import run as _run
+from tests.cli import run_json as _json
 from tests.workers.engine_support import ray_cluster
 
 
 @pytest.fixture(scope="module")
 def _ray() -> Iterator[None]:
     yield from ray_cluster()
-
-
-def _run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return res.exit_code, res.output
-
-
-def _json(*args: str) -> dict:
-    code, out = _run(*args, "--json")
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_property_detach_status_run_leaderboard(tmp_path: Path, _ray: None) -> None:
@@ -67,7 +56,10 @@ def test_pause_resume_cancel_commands(tmp_path: Path) -> None:
         "--baselines", "", "--detach", "--db", db,
     )["study_id"]  # fmt: skip
     assert _json("study", "pause", str(sid), "--db", db)["status"] == "paused"
-    assert _json("study", "resume", str(sid), "--detach", "--db", db)["status"] == "pending"
+    # The API's state machine: a paused study cannot be paused again.
+    code, text = _run("study", "pause", str(sid), "--db", db, "--json")
+    assert code == 1 and "cannot pause a study that is paused" in json.loads(text)["error"]
+    assert _json("study", "resume", str(sid), "--detach", "--db", db)["status"] == "running"
     out = _json("study", "cancel", str(sid), "--db", db)
     assert out == {"study_id": sid, "status": "cancelled", "cancelled_waiting": 8}
     code, text = _run("study", "cancel", str(sid), "--db", db, "--json")
@@ -103,7 +95,7 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
 def test_demo_study_runs_end_to_end_and_prints_where_results_are(
     tmp_path: Path, _ray: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from normfree.cli.study import DEMO_STUDY, demo_study, print_demo_study
+    from normfree.cli.demo import DEMO_STUDY, demo_study, print_demo_study
 
     assert DEMO_STUDY["proxy"] == "vit-screen" and DEMO_STUDY["baselines"] == ["layernorm"]
     assert set(DEMO_STUDY["values"]) >= {-2.0, 2.0}  # the Derf paper's failing shifts

@@ -119,3 +119,17 @@ def test_compile_backend_matches_the_reference(shape: tuple[int, ...]) -> None:
     torch.testing.assert_close(y, y_ref)
     for got, want in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_one_resolver_takes_the_papers_aliases() -> None:
+    """Aliases and baselines resolve in create_norm as in the trainer (one map each)."""
+    from normfree.kernels import create_norm
+
+    derf = create_norm("derf", 8)
+    assert derf.candidate.name == "erf" and derf.shift == "scalar"
+    assert create_norm("DyT", 8).candidate.name == "tanh"
+    assert create_norm("dyt", 8).shift == "none"
+    assert isinstance(create_norm("ln", 8), torch.nn.LayerNorm)
+    assert isinstance(create_norm("none", 8), torch.nn.Identity)
+    ln = create_norm("ln", 8, affine=False)
+    assert isinstance(ln, torch.nn.LayerNorm) and not ln.elementwise_affine

@@ -647,3 +647,57 @@ def test_non_finite_values_are_stored_as_null(repo: Repository) -> None:
         {"val_acc": None},
     )
     assert (t["diagnostics"][0]["alpha"], t["diagnostics"][0]["input_std"]) == (None, None)
+
+
+def test_arm_text_tells_option_arms_apart() -> None:
+    """One spelling of an arm for the API and the CLI; options away from defaults show."""
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    row = {"candidate": "erf", "norm": {"name": "erf", "shift": "scalar", "alpha0": 1.0}}
+    assert arm_text("erf", options=row_options(row)) == "erf [alpha0=1.0, shift=scalar]"
+    plain = {"candidate": "erf", "norm": {"name": "erf", "alpha0": 0.5}, "overrides": {}}
+    assert arm_text("erf", options=row_options(plain)) == "erf"
+    assert arm_text("erf", -0.5) == "erf @ -0.5"
+    assert arm_text("ln", options={"depth": 8}) == "ln [depth=8]"
+
+
+def test_storage_open_is_the_one_handle(tmp_path: object) -> None:
+    """storage.open(settings): ours migrated, Optuna's beside it on first use, one repository."""
+    from pathlib import Path
+
+    from normfree import storage
+    from normfree.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{Path(str(tmp_path)) / 'nf.db'}", max_attempts=5)
+    store = storage.open(settings, optuna=False)
+    try:
+        assert store.repo.max_attempts == 5
+        assert not (Path(str(tmp_path)) / "nf-optuna.db").exists()
+        sid = store.repo.create_study(StudySpec(kind="property", proxy=PROXY))
+        assert store.study_status(sid) == "pending"
+        store.optuna_storage()
+        assert (Path(str(tmp_path)) / "nf-optuna.db").exists()
+    finally:
+        store.close()
+
+
+def test_repository_implements_every_protocol(repo: Repository) -> None:
+    """The API and the workers type storage by these protocols; the Repository answers all."""
+    import inspect
+
+    from normfree.storage import protocols
+
+    for proto in (
+        protocols.CandidateStore,
+        protocols.StudyStore,
+        protocols.TrialLedger,
+        protocols.TokenStore,
+        protocols.RepositoryLike,
+    ):
+        assert isinstance(repo, proto), proto.__name__
+        for name, member in vars(proto).items():
+            if callable(member) and not name.startswith("_"):
+                want = list(inspect.signature(member).parameters)
+                have = list(inspect.signature(getattr(Repository, name)).parameters)
+                # a protocol may take the filters of a listing as **filters
+                assert have == want or (want[-1] == "filters" and set(want[:-1]) <= set(have)), name

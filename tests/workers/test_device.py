@@ -25,14 +25,12 @@ def test_forcing_cuda_without_one_is_a_clear_error() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (GPU machines)")
 @pytest.mark.parametrize("proxy", ["vit-tiny", "dit-tiny"])
-def test_a_trial_trains_on_cuda_with_the_triton_operator(
-    proxy: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from normfree.settings import get_settings
-
-    monkeypatch.setattr(
-        "normfree.workers.trainer.get_settings",
-        lambda: get_settings().model_copy(update={"trial_device": "cuda"}),
-    )
-    result = train_trial(TrialConfig(proxy=proxy, norm=NormSpec(name="erf"), seed=0, epochs=1))
+def test_a_trial_trains_on_cuda_with_the_triton_operator(proxy: str) -> None:
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state()
+    config = TrialConfig(proxy=proxy, norm=NormSpec(name="erf"), seed=0, epochs=1)
+    result = train_trial(config, device="cuda")
+    # Pure: the trial forked every generator it seeded, CUDA's included.
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    assert torch.equal(torch.cuda.get_rng_state(), cuda_state)
     assert result.status == "complete", result.error

@@ -8,6 +8,7 @@ import optuna
 
 from normfree.specs import StudySpec, TrialResult
 from normfree.workers.driver import StudyDriver, create_study
+from normfree.workers.kinds.search import extra_seeds
 from tests.workers.engine_support import engine_settings
 
 
@@ -46,18 +47,18 @@ def test_search_reuses_a_trained_point_instead_of_training_it_twice(tmp_path: Pa
     )
     study_id = create_study(spec, settings=settings)
     driver = StudyDriver(study_id, settings=settings)
-    assert driver._ask_search()
+    assert driver.kind.refill(driver)
     (row,) = driver.store.repo.list_trials(study_id)
     leased = driver.store.repo.lease_next(study_id, driver.owner, 30.0)
     assert leased.id == row["id"] and leased.optuna_number == row["optuna_number"]
     driver.store.repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(0.4))
-    driver._tell(leased.optuna_number, "COMPLETE", 0.4)
+    driver.tell(leased.optuna_number, "COMPLETE", 0.4)
     # The only candidate again: told the stored value, nothing new to train.
-    assert driver._ask_search() and driver._ask_search()
+    assert driver.kind.refill(driver) and driver.kind.refill(driver)
     assert len(driver.store.repo.list_trials(study_id)) == 1
     values = [t.value for t in driver.optuna.get_trials()]
     assert values == [0.4, 0.4, 0.4]
-    assert not driver._ask_search()  # budget of 3 asks spent
+    assert not driver.kind.refill(driver)  # budget of 3 asks spent
 
 
 def test_extra_seeds_are_planned_once_for_the_top_arms(tmp_path: Path) -> None:
@@ -75,14 +76,14 @@ def test_extra_seeds_are_planned_once_for_the_top_arms(tmp_path: Path) -> None:
     study_id = create_study(spec, settings=settings)
     driver = StudyDriver(study_id, settings=settings)
     repo = driver.store.repo
-    while driver._ask_search():
+    while driver.kind.refill(driver):
         leased = repo.lease_next(study_id, driver.owner, 30.0)
         if leased is not None:
             value = {"erf": 0.9, "tanh": 0.5, "isru": 0.3}[leased.config.norm.name]
             repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(value))
     best = max(repo.list_trials(study_id, status="COMPLETE"), key=lambda r: r["value"])["candidate"]
-    added = driver._plan_extra_seeds()
+    added = extra_seeds(driver)
     assert added == 2
     extra = repo.list_trials(study_id, status="WAITING")
     assert {r["candidate"] for r in extra} == {best} and {r["seed"] for r in extra} == {1, 2}
-    assert StudyDriver(study_id, settings=settings)._plan_extra_seeds() == 0  # idempotent
+    assert extra_seeds(StudyDriver(study_id, settings=settings)) == 0  # idempotent

@@ -120,3 +120,31 @@ def test_generate_study_cli_rest_and_dashboard(tmp_path: Path) -> None:
         assert r.status_code == 422 and "constraint" in r.text
         bad = {**body, "params": {**body["params"], "population": 0}}
         assert client.post("/api/studies", json=bad, headers=h).status_code == 422
+
+
+def test_generate_baselines_take_the_studys_affine(tmp_path: Path) -> None:
+    """Like a grid study's: ``params["affine"]`` reaches the baselines' NormSpec too."""
+    from normfree.specs import StudySpec
+    from normfree.workers.driver import StudyDriver, create_study
+    from tests.workers.engine_support import engine_settings
+
+    settings = engine_settings(f"sqlite:///{tmp_path / 'nf.db'}")
+    spec = StudySpec(
+        kind="generate",
+        proxy="vit-tiny",
+        seeds=1,
+        functions=["erf"],
+        baselines=["layernorm"],
+        epochs=1,
+        params={"affine": False, "generations": 1, "prescreen": False},
+    )
+    sid = create_study(spec, settings=settings)
+    driver = StudyDriver(sid, settings=settings)
+    assert driver.kind.refill(driver)
+    norms = {r["config"]["norm"]["name"]: r["config"]["norm"] for r in _trials(driver, sid)}
+    assert norms["layernorm"]["affine"] is False
+    assert norms["erf"]["affine"] is False
+
+
+def _trials(driver: object, sid: int) -> list[dict]:
+    return driver.store.repo.list_trials(sid)  # type: ignore[attr-defined]

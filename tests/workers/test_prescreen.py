@@ -42,3 +42,22 @@ def test_prescreen_flags_an_operator_that_cannot_survive():
 def test_prescreen_on_dit():
     out = prescreen("layernorm", proxy="dit-tiny", seed=0)
     assert out["ok"] and out["survives"] is True
+
+
+def test_a_parsed_candidate_travels_into_the_model():
+    """The API hands its parsed Candidate over: the model's norms use that very object, and the
+    verdict is the one a re-parse would give."""
+    from dataclasses import replace
+
+    from normfree.search_space import parse
+    from normfree.specs import TrialConfig
+    from normfree.workers.trainer import build_model, resolve
+
+    norm = NormSpec(name="halfsquash", formula="u/(1+abs(u))")
+    cand = parse(norm.formula, name=norm.name)
+    res = replace(resolve(TrialConfig(proxy="vit-tiny", norm=norm)), candidate=cand)
+    slots = [m for m in build_model(res).modules() if hasattr(m, "candidate")]
+    assert slots and all(m.candidate is cand for m in slots)
+    assert _stable(prescreen(norm, "vit-tiny", candidate=cand)) == _stable(
+        prescreen(norm, "vit-tiny")
+    )

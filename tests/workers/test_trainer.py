@@ -229,3 +229,19 @@ def test_dit_intermediate_validation_is_one_draw_and_the_objective_all_draws(mon
     assert out.status == "complete", out.error
     assert [last for last, _ in asked] == [False, False, True]
     assert out.value == asked[-1][1] == out.curves[-1].val_loss == out.metrics["val_loss"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks for CUDA through the settings")
+def test_train_trial_reads_no_settings_and_leaves_the_rng(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a trial runs is an argument: settings that ask for CUDA do not reach it."""
+    from normfree.settings import get_settings
+
+    monkeypatch.setenv("NORMFREE_TRIAL_DEVICE", "cuda")
+    get_settings.cache_clear()
+    try:
+        state = torch.get_rng_state()
+        res = train_trial(_cfg("vit-tiny", "layernorm", epochs=1))
+        assert res.status == "complete", res.error
+        assert torch.equal(torch.get_rng_state(), state)
+    finally:
+        get_settings.cache_clear()

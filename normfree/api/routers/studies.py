@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
@@ -10,6 +10,7 @@ from normfree.api import cache, reads, services
 from normfree.api.deps import Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
+from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -37,9 +38,8 @@ def create_study(data: StudyCreate, state: StateDep, _who: Writer) -> StudyPubli
 def list_studies(
     state: StateDep,
     _reader: Reader,
-    status: Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
-    | None = None,
-    kind: Literal["property", "options", "search", "generate"] | None = None,
+    status: StudyStatus | None = None,
+    kind: StudyKind | None = None,
 ) -> StudyList:
     """Studies, newest first, with their progress."""
     return services.list_studies(state, status=status, kind=kind)
@@ -84,8 +84,7 @@ def list_study_trials(
         str | None, Query(max_length=20, description="next_cursor of the previous page.")
     ] = None,
     status: Annotated[
-        list[Literal["WAITING", "RUNNING", "COMPLETE", "DIVERGED", "PRUNED", "FAILED", "CANCELLED"]]
-        | None,
+        list[TrialRowStatus] | None,
         Query(max_length=7, description="Repeatable: only trials in these statuses."),
     ] = None,
 ) -> TrialPage:

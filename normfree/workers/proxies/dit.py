@@ -17,47 +17,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normfree.workers.proxies.configs import DiTConfig
 from normfree.workers.proxies.vit import Attention, Mlp
 
 NormLayer = Callable[[int], nn.Module]
-STATISTIC_NORMS = ("layernorm", "rmsnorm")  # norms that keep adaLN-Zero on the final layer
-
-
-@dataclass
-class DiTConfig:
-    in_chans: int = 1  # greyscale digits
-    img_size: int = 8  # sklearn digits are 8x8
-    img_width: int = 0  # 0: square
-    patch: int = 2  # 16 tokens per 8x8 image
-    num_classes: int = 10  # class-conditional, as DiT
-    dim: int = 64  # small enough for one CPU core
-    depth: int = 4  # 4 blocks = 9 norm slots
-    heads: int = 4  # head size 16
-    mlp_ratio: float = 4.0  # DiT's expansion
-    timesteps: int = 100  # small-T schedule: betas scaled by 1000/T (improved DDPM) keep it valid
-    sample_steps: int = 25  # deterministic DDIM steps for the sample-quality metric
-    adaln_zero: bool = True  # zero-init every block's modulation: blocks start as identity
-    # "sincos": DiT's fixed 2-D sine-cosine positions (std ~0.7, so the stream a norm first sees
-    # has the scale it has in DiT); "learned": a learned table initialised at std 0.02.
-    pos_embed: str = "learned"
-    # None: by norm kind (True for layernorm/rmsnorm, False for pointwise norms and identity).
-    zero_init_final: bool | None = None
-
-
-def resolve_zero_init_final(cfg: DiTConfig, norm_name: str) -> DiTConfig:
-    """Fix ``zero_init_final`` from the norm kind when it was left to the default."""
-    if cfg.zero_init_final is not None:
-        return cfg
-    from dataclasses import replace
-
-    return replace(cfg, zero_init_final=norm_name in STATISTIC_NORMS)
 
 
 def sincos_2d(dim: int, rows: int, cols: int) -> torch.Tensor:

@@ -14,41 +14,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normfree.workers.proxies.configs import ViTConfig
+
 NormLayer = Callable[[int], nn.Module]
-
-
-@dataclass
-class ViTConfig:
-    in_chans: int = 1  # greyscale digits; 3 for CIFAR-like user data
-    img_size: int = 8  # sklearn digits are 8x8
-    img_width: int = 0  # 0: square images; MNIST-1D is 1 x 40 (height 1, width 40)
-    patch: int = 2  # 2x2 patches of an 8x8 image give 16 tokens: enough for attention to matter
-    num_classes: int = 10
-    dim: int = 64  # the planning measurement's width; small enough for one CPU core
-    depth: int = 4  # 4 blocks = 9 norm slots, each a place for the candidate to fail
-    heads: int = 4  # head size 16
-    mlp_ratio: float = 4.0  # the standard ViT expansion
-    qkv_bias: bool = True  # official DyT/Derf ViT runs use qkv bias
-    layerscale_init: float = 0.0  # 0 = off (the official runs); CaiT uses 0.1 .. 1e-6 by depth
-    depth_scaled_init: bool = False  # std 0.02/sqrt(2*depth) on each branch's last projection
-    # Gain-matched init: std 0.02*sqrt(ref/fan_in) instead of 0.02, so a layer of this small
-    # proxy scales its input as the same layer of a ViT-B/16 (fan-in 768) does. 0 = plain 0.02.
-    init_fan_in_ref: int = 0
-    init_scope: str = "patch"  # where gain matching applies: "patch" (embedding only) or "all"
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        """Token grid (rows, cols); a height-1 input (MNIST-1D) uses 1 x patch patches."""
-        w = self.img_width or self.img_size
-        ph = min(self.patch, self.img_size)
-        return self.img_size // ph, w // self.patch
 
 
 class Attention(nn.Module):

@@ -1,0 +1,5 @@
+"""``python -m normfree``: the same command as the ``normfree`` script."""
+
+from normfree.cli import main
+
+main(prog_name="normfree")

@@ -1,0 +1,91 @@
+"""What the API does, independent of HTTP: the REST routers and the dashboard pages both call this.
+
+Keeping the logic here (not in routers) is what lets the submit form and ``POST /api/candidates``
+share one code path, and lets the CLI's ``token`` commands reuse the same storage handle.
+Functions take a :class:`ServiceState` (settings, storage, the background runner) and return
+the public schemas of :mod:`normfree.api.schemas`; they raise :class:`ApiError` for anything the
+client must fix. One module per resource; storage does every query (``storage.reads`` and the
+repository), so nothing here writes SQL.
+
+- ``state``: ``ServiceState`` and ``open_repository``
+- ``candidates``: the catalog's public rows, submissions, prescreens, property filters
+- ``leaderboards``: boards with groups and properties filled in (``ENRICHER``), warm-up
+- ``studies``: create, list, cells, trial pages, pause/resume/cancel (``workers.lifecycle``)
+- ``trials``: one trial
+- ``tokens``: write tokens
+"""
+
+from normfree.api.enrich import MISSING
+from normfree.api.services.candidates import (
+    PLOT_RANGE,
+    PRESCREEN_PROXY,
+    _catalog_public,
+    _resolve_cached,
+    cached_prescreen,
+    candidate_dict,
+    candidate_plot,
+    find_duplicate,
+    get_candidate_object,
+    list_candidates,
+    matches_properties,
+    property_flags,
+    run_prescreen,
+    submit_candidate,
+)
+from normfree.api.services.leaderboards import (
+    ENRICHER,
+    leaderboard,
+    proxies_with_results,
+    warm_up,
+)
+from normfree.api.services.state import ServiceState, open_repository
+from normfree.api.services.studies import (
+    STUDY_PARAMS,
+    control_study,
+    create_study,
+    get_study,
+    list_studies,
+    list_study_trials,
+    study_key,
+    validate_study,
+)
+from normfree.api.services.tokens import create_token, list_tokens, revoke_token
+from normfree.api.services.trials import get_trial
+from normfree.workers.lifecycle import StudyRunner
+
+__all__ = [
+    "ENRICHER",
+    "MISSING",
+    "PLOT_RANGE",
+    "PRESCREEN_PROXY",
+    "STUDY_PARAMS",
+    "ServiceState",
+    "StudyRunner",
+    "_catalog_public",
+    "_resolve_cached",
+    "cached_prescreen",
+    "candidate_dict",
+    "candidate_plot",
+    "control_study",
+    "create_study",
+    "create_token",
+    "find_duplicate",
+    "get_candidate_object",
+    "get_study",
+    "get_trial",
+    "leaderboard",
+    "list_candidates",
+    "list_studies",
+    "list_study_trials",
+    "list_tokens",
+    "matches_properties",
+    "open_repository",
+    "property_flags",
+    "proxies_with_results",
+    "revoke_token",
+    "run_prescreen",
+    "study_key",
+    "submit_candidate",
+    "validate_study",
+    "warm_up",
+]

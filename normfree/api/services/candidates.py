@@ -1,0 +1,394 @@
+"""Candidates: the catalog as public rows, submissions (parse, dedup, store, prescreen) and the
+property filters the list and the leaderboards share.
+
+A submitted formula is parsed once per process (cached by text); its prescreen runs after the
+answer (``api.prescreens``), bounded to one at a time, and is remembered by fingerprint.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any
+
+from normfree.api import schemas as S
+from normfree.api.errors import ApiError, not_found
+from normfree.api.services.state import ServiceState
+from normfree.jsonsafe import finite, plain
+from normfree.specs import BASELINES
+from normfree.storage.protocols import CandidateStore
+
+log = logging.getLogger(__name__)
+
+# Grid of f/f' plots: wide enough to show saturation of every catalog function.
+PLOT_RANGE = (-5.0, 5.0, 201)
+# Submissions run the prescreen on this proxy (the tiny one: a prescreen must stay seconds).
+PRESCREEN_PROXY = "vit-tiny"
+# At most this many prescreens at once: each is a few seconds of CPU; more would only queue.
+_PRESCREEN_SLOTS = threading.BoundedSemaphore(1)
+
+
+def _flatten(props: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def property_flags(props: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Properties as flat ``name -> value`` pairs (nested dicts joined with '.')."""
+    return _flatten(props or {})
+
+
+def matches_properties(props: Mapping[str, Any] | None, wanted: Iterable[str]) -> bool:
+    """Each filter is ``name`` (the property is true) or ``name=value`` (equal as text).
+
+    ``name`` matches a flattened key exactly or as its last part, so ``bounded`` finds
+    ``bounded`` and ``boundedness.bounded`` alike.
+    """
+    flat = property_flags(props)
+    for item in wanted:
+        key, _, value = item.partition("=")
+        key = key.strip()
+        hits = [v for k, v in flat.items() if k == key or k.endswith("." + key)]
+        if not hits:
+            return False
+        if value:
+            if not any(str(v).lower() == value.strip().lower() for v in hits):
+                return False
+        elif not any(v is True or (isinstance(v, str) and v and v != "neither") for v in hits):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------- candidates
+
+
+def formula_rejected(exc: Any, field: str) -> ApiError:
+    """The 422 of a formula the parser refuses: its positioned reason, and which field held it."""
+    return ApiError(
+        422,
+        "invalid_formula",
+        f"formula rejected: {exc}",
+        {"position": exc.position, "reason": exc.message, "field": field},
+    )
+
+
+_BARE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+@lru_cache(maxsize=4096)
+def _resolve_cached(text: str) -> Any:
+    """A catalog candidate (or transform call) by text; None if the catalog does not know it."""
+    from normfree.search_space import ExpressionError, catalog
+
+    try:
+        return catalog.resolve(text)
+    except (ExpressionError, KeyError, ValueError):
+        return None
+    except Exception:  # any other failure on odd text is still "not a known candidate"
+        log.warning("catalog.resolve failed on %r", text[:100], exc_info=True)
+        return None
+
+
+def _is_catalog_name(name: str) -> bool:
+    from normfree.search_space import catalog
+
+    try:
+        catalog.get(name)
+        return True
+    except (KeyError, ValueError, Exception):
+        return False
+
+
+def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
+    """A search_space Candidate or a storage row dict as the public schema.
+
+    A stored user submission keeps its description in the row's ``citation`` column (users cite
+    nothing), so it moves to ``description`` here; catalog entries carry both.
+    """
+    if isinstance(c, Mapping):
+        d = dict(c)
+        stored = {"submitter": d.get("submitter"), "created_at": d.get("created_at")}
+        if source == "user":
+            d["description"], d["citation"] = d.get("citation"), None
+        else:
+            d["description"] = None
+    else:
+        d, stored = candidate_dict(c), {}
+    return S.CandidatePublic(
+        name=d["name"],
+        formula=d.get("formula"),
+        canonical=d.get("canonical"),
+        fingerprint=d.get("fingerprint"),
+        group=d.get("group"),
+        citation=d.get("citation") or None,
+        description=d.get("description") or None,
+        properties=d.get("properties") or {},
+        lineage=d.get("lineage") or {},
+        source=source,  # type: ignore[arg-type]
+        **stored,
+    )
+
+
+def candidate_dict(c: Any) -> dict[str, Any]:
+    """``Candidate.to_dict()`` with JSON-safe properties; without them if they cannot be computed
+    (a property computation that fails must not lose the submission)."""
+    try:
+        d = c.to_dict()
+    except Exception:
+        log.warning("properties of %s could not be computed", c.name, exc_info=True)
+        d = c.to_dict(with_properties=False)
+    d["properties"] = finite(d.get("properties") or {}, "text")
+    return d
+
+
+_CATALOG_LOCK = threading.Lock()
+_CATALOG: tuple[S.CandidatePublic, ...] | None = None
+
+
+def _catalog_public() -> tuple[S.CandidatePublic, ...]:
+    """The catalog as public rows, built once per process under a lock (seconds of sympy: the
+    warm-up thread and early requests must not each build it)."""
+    global _CATALOG
+    if _CATALOG is None:
+        with _CATALOG_LOCK:
+            if _CATALOG is None:
+                from normfree.search_space import catalog
+
+                _CATALOG = tuple(_candidate_public(c, source="catalog") for c in catalog.all())
+    return _CATALOG
+
+
+@lru_cache(maxsize=1024)
+def _parse_cached(formula: str, name: str) -> Any:
+    """Parsing is pure (text in, frozen Candidate out): resubmissions reuse the result."""
+    from normfree.search_space import parse
+
+    return parse(formula, name=name)
+
+
+def _parse_formula(formula: str, name: str) -> Any:
+    """Parse a user formula; the parser's positioned message becomes a 422."""
+    from normfree.search_space import ExpressionError
+
+    try:
+        return _parse_cached(formula, name)
+    except ExpressionError as exc:
+        raise formula_rejected(exc, "formula") from None
+    except RecursionError:
+        raise ApiError(
+            422, "invalid_formula", "formula rejected: nested too deeply", {"field": "formula"}
+        ) from None
+
+
+_PRESCREEN_CACHE: dict[str, S.PrescreenPublic] = {}
+_PRESCREEN_CACHE_MAX = 1024
+
+
+def run_prescreen(candidate: Any) -> S.PrescreenPublic:
+    """The zero-cost prescreen, cached per function (fingerprint) in this process.
+
+    Deterministic for a function (fixed seed), so a resubmission or a duplicate reuses the
+    answer instead of spending seconds of CPU again.
+    """
+    key = f"{PRESCREEN_PROXY}:{candidate.fingerprint}"
+    hit = _PRESCREEN_CACHE.get(key)
+    if hit is not None:
+        return hit
+    out = _run_prescreen(candidate)
+    if out.error is None:
+        if len(_PRESCREEN_CACHE) >= _PRESCREEN_CACHE_MAX:
+            _PRESCREEN_CACHE.pop(next(iter(_PRESCREEN_CACHE)))
+        _PRESCREEN_CACHE[key] = out
+    return out
+
+
+def cached_prescreen(fingerprint: str | None) -> S.PrescreenPublic | None:
+    """The prescreen this process ran for a function, if any (results are not stored yet)."""
+    if not fingerprint:
+        return None
+    return _PRESCREEN_CACHE.get(f"{PRESCREEN_PROXY}:{fingerprint}")
+
+
+def _run_prescreen(candidate: Any) -> S.PrescreenPublic:
+    """The zero-cost prescreen, bounded to seconds; a failure is reported, never raised."""
+    t0 = time.perf_counter()
+    try:
+        from normfree.workers.prescreen import prescreen
+    except ImportError as exc:
+        return S.PrescreenPublic(ok=False, error=f"prescreen unavailable: {exc}")
+    with _PRESCREEN_SLOTS:
+        try:
+            result = _call_prescreen(prescreen, candidate)
+        except Exception as exc:  # a prescreen crash must not lose the submission
+            log.warning("prescreen failed for %s", getattr(candidate, "name", "?"), exc_info=True)
+            return S.PrescreenPublic(
+                ok=False,
+                proxy=PRESCREEN_PROXY,
+                error=f"{type(exc).__name__}: {exc}"[:500],
+                seconds=time.perf_counter() - t0,
+            )
+    data = plain(result)
+    if not isinstance(data, dict):
+        data = {"value": data}
+    ok = bool(data.get("ok", data.get("survived", data.get("trainable", True))))
+    return S.PrescreenPublic(
+        ok=ok,
+        proxy=str(data.get("proxy") or PRESCREEN_PROXY),
+        result=finite(data, "text"),  # a prescreen's NaN is its finding: keep it as text
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
+    from normfree.specs import NormSpec
+
+    # The Candidate travels: the prescreen builds its operator from it, parsing nothing again.
+    norm = NormSpec(name=candidate.name, formula=candidate.formula)
+    return prescreen(norm, proxy=PRESCREEN_PROXY, seed=0, candidate=candidate)
+
+
+def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:
+    """The name of a known candidate (catalog or stored) that is the same function, if any."""
+    from normfree.search_space import catalog
+    from normfree.search_space.dedup import find_duplicate as ss_find_duplicate
+
+    hit = ss_find_duplicate(candidate, catalog.all())
+    if hit is not None and hit.name != candidate.name:
+        return hit.name
+    for row in repo.list_candidates(fingerprint=candidate.fingerprint):
+        if row["name"] != candidate.name:
+            return str(row["name"])
+    for row in repo.list_candidates(canonical=candidate.canonical):
+        if row["name"] != candidate.name:
+            return str(row["name"])
+    return None
+
+
+def submit_candidate(
+    state: ServiceState, data: S.CandidateCreate, submitter: str | None, *, prescreen: bool = True
+) -> S.CandidateSubmitted:
+    """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form.
+
+    The prescreen is answered when this process knows it for the function; otherwise it runs
+    after the answer (``prescreen.status == "pending"``, see ``api.prescreens``).
+    """
+    repo = state.repo
+    if data.name in BASELINES or _is_catalog_name(data.name):
+        raise ApiError(
+            409,
+            "name_taken",
+            f"{data.name!r} is a catalog name; choose another name for your formula",
+            {"field": "name"},
+        )
+    cand = _parse_formula(data.formula, data.name)
+    if data.description:
+        from dataclasses import replace
+
+        cand = replace(cand, description=data.description)
+    existing = repo.get_candidate(data.name)
+    if existing is not None:
+        if existing.get("canonical") == cand.canonical:
+            pub = _candidate_public(existing, source="user")
+            return S.CandidateSubmitted(**pub.model_dump(), created=False, duplicate_of=data.name)
+        raise ApiError(
+            409,
+            "name_taken",
+            f"a different candidate is already named {data.name!r}; choose another name",
+            {"field": "name", "existing_formula": existing.get("formula")},
+        )
+    from normfree.api import prescreens
+
+    screening = prescreen and state.prescreen
+    duplicate = find_duplicate(repo, cand)
+    pub = _candidate_public(cand, source="user")
+    if duplicate is not None:
+        screen = prescreens.request(state, cand, None) if screening else None
+        return S.CandidateSubmitted(
+            **pub.model_dump(), created=False, duplicate_of=duplicate, prescreen=screen
+        )
+    row = candidate_dict(cand)
+    # The candidates table has no description column: a user's description is stored in the
+    # citation column (for a user formula, the text saying where it comes from).
+    row["citation"] = data.description or None
+    repo.upsert_candidate(row, submitter=submitter)
+    # after the row exists: a prescreen that ends at once can record itself on it
+    screen = prescreens.request(state, cand, data.name) if screening else None
+    stored = repo.get_candidate(data.name) or row
+    out = _candidate_public(stored, source="user").model_dump()
+    out["properties"] = out["properties"] or pub.properties
+    return S.CandidateSubmitted(**out, created=True, duplicate_of=None, prescreen=screen)
+
+
+def list_candidates(
+    state: ServiceState,
+    *,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    source: str | None = None,
+    q: str | None = None,
+) -> S.CandidateList:
+    items: list[S.CandidatePublic] = []
+    if source in (None, "catalog"):
+        items.extend(_catalog_public())
+    if source in (None, "user"):
+        names = {c.name for c in items}
+        for row in state.repo.list_candidates():
+            if row["name"] not in names:
+                items.append(_candidate_public(row, source="user"))
+    if group:
+        items = [c for c in items if c.group == group]
+    if properties:
+        items = [c for c in items if matches_properties(c.properties, properties)]
+    if q:
+        items = [c for c in items if q.lower() in c.name.lower()]
+    return S.CandidateList(count=len(items), items=items)
+
+
+def get_candidate_object(state: ServiceState, name: str) -> tuple[Any, S.CandidatePublic]:
+    """(search_space Candidate, public row) for a catalog name, transform call or stored name."""
+    row = state.repo.get_candidate(name)
+    if row is not None and row.get("formula"):
+        try:
+            from normfree.search_space import parse
+
+            cand = parse(row["formula"], name=name)
+        except Exception:  # stored before a parser change: show the row without plots
+            cand = None
+        return cand, _candidate_public(row, source="user")
+    if len(name) > 300:
+        raise not_found("candidate", name[:40] + "...")
+    cand = _resolve_cached(name)
+    if cand is None:
+        if not _BARE_NAME.fullmatch(name):
+            # a formula the catalog refuses: say why (422 with the parser's reason), as a
+            # submission would, instead of pretending it is an unknown name
+            from normfree.search_space import ExpressionError, catalog
+
+            try:
+                catalog.resolve(name)
+            except ExpressionError as exc:
+                raise formula_rejected(exc, "name") from None
+            except Exception:
+                pass
+        raise not_found("candidate", name)
+    return cand, _candidate_public(cand, source="catalog")
+
+
+def candidate_plot(cand: Any) -> S.PlotData | None:
+    if cand is None:
+        return None
+    from normfree.search_space.evaluation import plot_data
+
+    lo, hi, n = PLOT_RANGE
+    d = plot_data(cand, lo, hi, n)
+    return S.PlotData(**{k: finite(list(d[k])) for k in ("u", "f", "df")})  # type: ignore[arg-type]

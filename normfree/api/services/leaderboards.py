@@ -1,0 +1,155 @@
+"""Leaderboards: the storage board with each arm's group and properties (stored, else from the
+catalog, analysed off the request path by ``ENRICHER``) and its fidelity line."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from normfree.api import schemas as S
+from normfree.api.enrich import MISSING, Enricher
+from normfree.api.errors import ApiError
+from normfree.api.services.candidates import _catalog_public, matches_properties
+from normfree.api.services.state import ServiceState
+from normfree.jsonsafe import finite
+from normfree.specs import BASELINES
+
+log = logging.getLogger(__name__)
+
+
+def _enrich(row: Mapping[str, Any], *, wait: bool = True) -> tuple[Any, Any]:
+    """A board row's group and properties (``storage.leaderboard.row_group``, as the CLI files
+    them), catalog analyses through ``ENRICHER``.
+
+    ``wait=False`` takes only what ``ENRICHER`` has analysed and queues the rest.
+    """
+    from normfree.storage.leaderboard import row_group
+
+    if wait:
+        return row_group(row, ENRICHER.get)
+
+    def known(name: str) -> Any:
+        info = ENRICHER.peek(name)
+        if info is MISSING:
+            ENRICHER.want([name])
+            return None
+        return info
+
+    return row_group(row, known)
+
+
+def _catalog_info(name: str) -> tuple[str, dict[str, Any]] | None:
+    """(group, properties) of a catalog name or transform call (50-200 ms of sympy)."""
+    from normfree.search_space import catalog
+
+    return catalog.describe(name)
+
+
+ENRICHER = Enricher(_catalog_info)
+
+
+def leaderboard(
+    state: ServiceState,
+    proxy: str,
+    *,
+    group: str | None = None,
+    properties: list[str] | None = None,
+    study_id: int | None = None,
+) -> S.LeaderboardPublic:
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    rows = finite(state.repo.leaderboard(proxy, study_id=study_id))
+    if not rows and not _known_proxy(proxy):
+        from normfree.workers.proxies import PROXIES
+
+        raise ApiError(
+            404, "not_found", f"unknown proxy {proxy!r}; choose from {sorted(PROXIES)}", None
+        )
+    out: list[S.LeaderboardRow] = []
+    objective = next((r.get("objective") for r in rows if r.get("objective")), None)
+    direction = next((r.get("direction") for r in rows if r.get("direction")), "maximize")
+    best_rank = rows[0]["rank"] if rows else None
+    for r in rows:
+        # a filter must see every row's group and properties; a plain board shows what is known
+        grp, props = _enrich(r, wait=bool(group or properties))
+        if group and grp != group:
+            continue
+        if properties and not matches_properties(props, properties):
+            continue
+        label = arm_text(r["candidate"], options=row_options(r))
+        out.append(
+            S.LeaderboardRow(
+                rank=r["rank"],
+                candidate=label,
+                function=r["candidate"],
+                arm_key=r.get("arm_key"),
+                group=grp,
+                properties=props or {},
+                n=r.get("n", 0),
+                n_diverged=r.get("n_diverged", 0),
+                n_failed=r.get("n_failed", 0),
+                n_total=r.get("n_trials", 0),
+                mean=r.get("mean"),
+                std=r.get("std"),
+                ci_low=r.get("ci_low"),
+                ci_high=r.get("ci_high"),
+                is_best=r["rank"] == best_rank and r.get("mean") is not None,
+                indistinguishable=bool(r.get("indistinguishable_from_best", True)),
+                p_vs_best=r.get("p_vs_best"),
+                vs_layernorm=r.get("vs_layernorm"),
+            )
+        )
+    filters = {"group": group, "property": properties or [], "study_id": study_id}
+    from normfree.api import fidelity
+
+    fid = (
+        fidelity.summary(state, study_id=study_id)
+        if study_id is not None
+        else fidelity.summary(state, proxy=proxy)
+        if _known_proxy(proxy)
+        else None
+    )
+    return S.LeaderboardPublic(
+        proxy=proxy,
+        objective=objective,
+        direction=direction,
+        filters={k: v for k, v in filters.items() if v},
+        fidelity=fid,
+        rows=out,
+    )
+
+
+def _known_proxy(proxy: str) -> bool:
+    try:
+        from normfree.workers.proxies import PROXIES
+    except ImportError:
+        return True
+    return proxy in PROXIES
+
+
+def proxies_with_results(state: ServiceState) -> list[str]:
+    """Proxies that have finished trials, then the registry's others."""
+    seen: list[str] = list(state.repo.list_proxies())
+    try:
+        from normfree.workers.proxies import PROXIES
+
+        seen += [p for p in PROXIES if p not in seen]
+    except ImportError:
+        pass
+    return seen
+
+
+def warm_up(state: ServiceState | None = None) -> None:
+    """Load the catalog and its properties once (the first request would otherwise pay), then
+    queue the analysis of every function with finished trials (``api.enrich``)."""
+    try:
+        _catalog_public()
+        if state is not None:
+            from normfree.storage import reads
+
+            with state.db.read() as conn:
+                names = sorted({c for _p, c in reads.arm_candidates(conn)})
+            ENRICHER.want(n for n in names if n not in BASELINES)
+    except Exception:  # a warm-up failure shows up again, with its reason, in the request
+        log.warning("catalog warm-up failed", exc_info=True)

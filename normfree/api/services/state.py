@@ -1,0 +1,91 @@
+"""The API's handles (:class:`ServiceState`): settings, storage and the study runner.
+
+Every service function takes one; the app builds it once at start (``ServiceState.open``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from normfree.api.cache import ResponseCache
+from normfree.settings import Settings
+from normfree.storage import Storage
+from normfree.storage.protocols import RepositoryLike
+from normfree.workers.lifecycle import StudyRunner
+
+log = logging.getLogger(__name__)
+
+
+def open_repository(settings: Settings, *, migrate: bool = True) -> RepositoryLike:
+    """A storage ``Repository`` over ``settings.database_url`` (schema upgraded by default)."""
+    from normfree import storage
+
+    return storage.open(settings, migrate=migrate, optuna=False).repo
+
+
+# -------------------------------------------------------------------------------------- state
+
+
+@dataclass
+class ServiceState:
+    """The API's handles: settings, storage (its repository), and the optional study runner."""
+
+    settings: Settings
+    store: Storage  # storage.open(settings): our database and, read lazily, Optuna's
+    # In-process driver (embedded default) or, with ``NORMFREE_RAY_JOBS_ADDRESS``, a submitter of
+    # Ray jobs (``normfree.workers.jobs.RayJobRunner``, same duck type) so that the API process
+    # is never the driver of long studies on a cluster.
+    runner: Any = None
+    # Run the zero-cost prescreen on submissions (off only for fuzzing, where thousands of
+    # random valid formulas would each cost seconds).
+    prescreen: bool = True
+    started_at: float = field(default_factory=time.time)
+    # Encoded reads keyed by the versions of what they show (api.cache); one per process.
+    cache: ResponseCache = field(default_factory=ResponseCache)
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings,
+        *,
+        migrate: bool = True,
+        run_studies: bool | None = None,
+        prescreen: bool = True,
+    ) -> ServiceState:
+        from normfree import storage
+
+        store = storage.open(settings, migrate=migrate, optuna=False)
+        runner: Any = None
+        if run_studies or run_studies is None:
+            if settings.ray_jobs_address:
+                from normfree.workers.jobs import RayJobRunner
+
+                runner = RayJobRunner(settings)
+            else:
+                runner = StudyRunner(settings)
+        return cls(settings=settings, store=store, runner=runner, prescreen=prescreen)
+
+    @property
+    def repo(self) -> RepositoryLike:
+        return self.store.repo
+
+    @property
+    def db(self) -> Any:
+        return self.store.db
+
+    def verify_token(self, token: str) -> str | None:
+        """The token's name when it is active, else None (recorded as a submission's submitter).
+
+        One indexed read (``Repository.token_name``): every write request pays it.
+        """
+        if not token or len(token) > 256:
+            return None
+        return self.repo.token_name(token)
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        self.store.close()

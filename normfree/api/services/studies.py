@@ -1,0 +1,336 @@
+"""Studies: validation and creation, lists, one study's cells and trials, and the transitions
+(``workers.lifecycle``: the one state machine the CLI uses too)."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from normfree.api import schemas as S
+from normfree.api.errors import ApiError, not_found
+from normfree.api.services.candidates import _resolve_cached
+from normfree.api.services.state import ServiceState
+from normfree.jsonsafe import finite
+from normfree.specs import BASELINES, StudySpec
+from normfree.storage.protocols import RepositoryLike
+
+log = logging.getLogger(__name__)
+
+
+def _progress(
+    repo: RepositoryLike, study_id: int, counts: Mapping[str, int] | None = None
+) -> S.StudyProgress:
+    """Counts per status (an index-only count over the study's rows)."""
+    from normfree.storage import reads
+
+    if counts is None:
+        with repo.db.read() as conn:
+            counts = reads.study_counts(conn, study_id)
+    c = dict(counts)
+    total = sum(c.values())
+    finished = total - c.get("WAITING", 0) - c.get("RUNNING", 0)
+    return S.StudyProgress(
+        total=total,
+        waiting=c.get("WAITING", 0),
+        running=c.get("RUNNING", 0),
+        complete=c.get("COMPLETE", 0),
+        diverged=c.get("DIVERGED", 0),
+        pruned=c.get("PRUNED", 0),
+        failed=c.get("FAILED", 0),
+        cancelled=c.get("CANCELLED", 0),
+        finished=finished,
+        fraction=finished / total if total else 0.0,
+    )
+
+
+def _study_public(
+    state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
+) -> S.StudyPublic:
+    return S.StudyPublic(
+        id=row["id"],
+        kind=row["kind"],
+        name=row.get("name"),
+        proxy=row["proxy"],
+        status=row["status"],
+        spec=row["spec"],
+        created_at=row.get("created_at"),
+        updated_at=row.get("updated_at"),
+        progress=_progress(state.repo, row["id"], counts),
+        running_in_background=bool(state.runner and state.runner.is_active(row["id"])),
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``STUDY_PARAMS``: every params key some study kind reads (``workers.kinds``), computed on
+    first use so that importing the API does not import the engine."""
+    if name == "STUDY_PARAMS":
+        from normfree.workers import kinds
+
+        return kinds.param_names()
+    raise AttributeError(name)
+
+
+def validate_study(data: S.StudyCreate) -> StudySpec:
+    """Check a study request against the registries before anything is written (-> 422)."""
+    from normfree.workers import kinds
+    from normfree.workers.proxies import PROXIES
+
+    try:
+        spec = StudySpec.model_validate(data.model_dump())
+    except Exception as exc:
+        raise ApiError(422, "invalid_study", str(exc)) from None
+    kind = kinds.get(data.kind)
+    problems: list[str] = []
+    if data.proxy not in PROXIES:
+        problems.append(f"proxy: unknown {data.proxy!r}; choose from {sorted(PROXIES)}")
+    problems += kind.problems(spec)
+    for fn in data.functions:
+        if _resolve_cached(fn) is None and fn not in BASELINES:
+            problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
+    allowed_params = kinds.param_names()
+    unknown = sorted(set(data.params) - allowed_params)
+    if unknown:
+        problems.append(f"params: unknown {unknown}; allowed: {sorted(allowed_params)}")
+    if data.proxy in PROXIES and data.options:
+        from normfree.workers.scheduling import NORM_OPTIONS
+
+        allowed = set(NORM_OPTIONS) | set(PROXIES[data.proxy].config_fields())
+        bad = sorted(set(data.options) - allowed)
+        if bad:
+            problems.append(f"options: unknown {bad}; allowed for {data.proxy}: {sorted(allowed)}")
+    for b in data.baselines:
+        if b not in BASELINES:
+            problems.append(f"baselines: {b!r} is not one of {list(BASELINES)}")
+    if data.transform and data.functions and data.values and not problems:
+        from normfree.workers.scheduling import transform_call
+
+        call = transform_call(data.transform, data.functions[0], data.values[0])
+        if _resolve_cached(call) is None:
+            problems.append(f"transform: {data.transform!r} is not a known transform ({call})")
+    n_trials = 0
+    if not problems:
+        try:
+            kind.validate(spec)  # generate: its options and constraints
+            n_trials = kind.trial_count(spec)
+        except (ValueError, KeyError) as exc:
+            problems.append(f"params: {exc}")
+    if n_trials > 2000:
+        problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
+    if problems:
+        raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
+    return spec
+
+
+def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
+    spec = validate_study(data)
+    from normfree.workers.cost import check_study
+    from normfree.workers.driver import create_study as engine_create_study
+
+    try:
+        estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
+    except ValueError as exc:
+        problems = str(exc).split("; ")
+        raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
+    try:
+        study_id = engine_create_study(spec, settings=state.settings)
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
+        # Planning validates everything the registries know (transform names, value types in
+        # params, ...): the engine's reason is the message.
+        raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
+    if state.runner is not None:
+        state.runner.submit(study_id)
+    row = state.repo.get_study(study_id)
+    assert row is not None
+    return _study_public(state, row).model_copy(update={"estimate": estimate.model_dump()})
+
+
+def list_studies(
+    state: ServiceState, *, status: str | None = None, kind: str | None = None
+) -> S.StudyList:
+    rows = state.repo.list_studies(status=status)
+    if kind:
+        rows = [r for r in rows if r["kind"] == kind]
+    items = [_study_public(state, r) for r in rows]
+    return S.StudyList(count=len(items), items=items)
+
+
+def _cells(
+    trials: list[dict[str, Any]], spec: Mapping[str, Any]
+) -> tuple[list[S.StudyCell], str | None, str]:
+    """Aggregate a study's trials per arm (function x transform value / option combination)."""
+    from normfree.storage import stats
+    from normfree.storage.leaderboard import arm_text
+
+    transform = spec.get("transform")
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        ax = dict(t.get("axis_values") or {})
+        ax.pop("seed", None)
+        key = tuple(sorted((k, str(v)) for k, v in ax.items())) or (("function", t["candidate"]),)
+        groups[key].append(t)
+    objective = next((t.get("objective") for t in trials if t.get("objective")), None)
+    direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
+    cells = []
+    for ts in groups.values():
+        ax = dict(ts[0].get("axis_values") or {})
+        ax.pop("seed", None)
+        function = str(ax.pop("function", ts[0]["candidate"]))
+        baseline = bool(ax.pop("baseline", False))
+        value = ax.pop(transform, None) if transform else None
+        vals = [t["value"] for t in ts if t["status"] == "COMPLETE" and t.get("value") is not None]
+        summ = stats.summarize(vals)
+        label = arm_text(function, value, ax)
+        cells.append(
+            S.StudyCell(
+                function=function,
+                label=label,
+                value=float(value) if isinstance(value, int | float) else None,
+                options=ax,
+                baseline=baseline,
+                n=summ.n,
+                n_diverged=sum(t["status"] == "DIVERGED" for t in ts),
+                n_total=len(ts),
+                mean=summ.mean,
+                std=summ.std,
+                ci_low=summ.low,
+                ci_high=summ.high,
+            )
+        )
+    cells.sort(key=lambda c: (c.baseline, c.function, c.value if c.value is not None else 0.0))
+    return cells, objective, direction
+
+
+def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any] | None:
+    """What the study's kind reports beyond its cells (a generate study's generations and
+    property importance), non-finite values cleaned; None for kinds that report nothing."""
+    from normfree.workers import kinds
+
+    report = kinds.get(kind).report(state.store, study_id)
+    return None if report is None else finite(report)
+
+
+def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
+    """What a study's summary shows depends on, read cheaply; plus the row and the counts.
+
+    A trial only moves forward (WAITING -> RUNNING -> a final status) and is never deleted, so the
+    per-status counts change whenever a trial finishes or is added: with the study row's status
+    and update time they say whether the cells (and the progress) changed.
+    """
+    from normfree.storage import reads
+
+    row = state.repo.get_study(study_id)
+    if row is None:
+        raise not_found("study", study_id)
+    with state.db.read() as conn:
+        counts = reads.study_counts(conn, study_id)
+    key = (study_id, row["status"], row["updated_at"], tuple(sorted(counts.items())))
+    return key, row, counts
+
+
+def _study_cells(
+    state: ServiceState, key: Any, row: Mapping[str, Any]
+) -> tuple[list[S.StudyCell], Any, Any, Any]:
+    """(cells, objective, direction, generate report) of a study, built once per ``key``."""
+
+    def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
+        from normfree.storage import reads
+
+        fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
+        with state.db.read() as conn:
+            trials = finite(reads.study_trial_rows(conn, row["id"], fields))
+        cells, objective, direction = _cells(trials, row["spec"])
+        if objective is None:
+            try:
+                from normfree.workers.scheduling import objective_of
+
+                objective, direction = objective_of(row["proxy"])
+            except Exception:  # unknown proxy in an old study: leave the objective unnamed
+                pass
+        generate = _kind_report(state, row["kind"], row["id"])
+        return cells, objective, direction, generate
+
+    return state.cache.get_or_build((("study-cells", row["id"]), key), build)
+
+
+def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.StudyDetail:
+    """A study with progress and cells; ``trials`` adds every trial (use the paged list at scale:
+    ``list_study_trials``)."""
+    key, row, counts = study_key(state, study_id)
+    cells, objective, direction, generate = _study_cells(state, key, row)
+    pub = _study_public(state, row, counts)
+    listed: list[S.TrialSummary] = []
+    if trials:
+        from normfree.storage import reads
+
+        with state.db.read() as conn:
+            rows = finite(reads.study_trial_rows(conn, study_id))
+        listed = [_trial_summary(t) for t in rows]
+    return S.StudyDetail(
+        **pub.model_dump(),
+        objective=objective,
+        direction=direction,  # type: ignore[arg-type]
+        generate=generate,
+        cells=cells,
+        trials=listed,
+    )
+
+
+def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
+    return S.TrialSummary(
+        id=t["id"],
+        candidate=t["candidate"],
+        seed=t["seed"],
+        status=t["status"],
+        attempt=t.get("attempt", 0),
+        axis_values=t.get("axis_values") or {},
+        objective_value=t.get("value"),
+    )
+
+
+def list_study_trials(
+    state: ServiceState,
+    study_id: int,
+    *,
+    limit: int = 100,
+    cursor: str | None = None,
+    status: list[str] | None = None,
+) -> S.TrialPage:
+    """One page of a study's trials in id order; ``next_cursor`` fetches the next one."""
+    from normfree.storage import reads
+
+    if state.repo.get_study(study_id) is None:
+        raise not_found("study", study_id)
+    after = 0
+    if cursor:
+        try:
+            after = int(cursor)
+        except ValueError:
+            raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
+    with state.db.read() as conn:
+        rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
+    items = [_trial_summary(t) for t in finite(rows)]
+    return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
+
+
+def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
+    """Pause, resume or cancel through the one state machine (``workers.lifecycle``).
+
+    Resuming a study that this process has no driver for (left pending or running by a stopped
+    server, or failed) restarts one: the driver requeues trials whose leases expired.
+    """
+    from normfree.workers import lifecycle
+
+    restart = state.runner is not None and not state.runner.is_active(study_id)
+    try:
+        lifecycle.steer(state.repo, study_id, action, restart=restart)
+    except KeyError:
+        raise not_found("study", study_id) from None
+    except lifecycle.TransitionError as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    if action == "resume" and state.runner is not None:
+        state.runner.submit(study_id)
+    row = state.repo.get_study(study_id)
+    assert row is not None
+    return _study_public(state, row)

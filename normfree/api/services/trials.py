@@ -1,0 +1,30 @@
+"""One trial with its curves and diagnostics."""
+
+from __future__ import annotations
+
+import logging
+
+from normfree.api import schemas as S
+from normfree.api.errors import not_found
+from normfree.api.services.state import ServiceState
+from normfree.jsonsafe import finite
+
+log = logging.getLogger(__name__)
+
+
+def get_trial(state: ServiceState, trial_id: int, *, private: bool = False) -> S.TrialPublic:
+    """A trial; its error's full text only when ``private`` (a token holder: api.security)."""
+    from normfree.workers.errors import public_error, public_worker
+
+    t = state.repo.get_trial(trial_id)
+    if t is None:
+        raise not_found("trial", trial_id)
+    t = finite(t)
+    if not private:
+        t["error"] = public_error(t.get("error"), t.get("worker"))
+        t["worker"] = public_worker(t.get("worker"))
+    return S.TrialPublic(
+        **{k: v for k, v in t.items() if k in S.TrialPublic.model_fields and k != "curves"},
+        objective_value=t.get("value"),
+        curves=t.get("curves") or [],
+    )

@@ -1,0 +1,87 @@
+"""What the study, leaderboard, cluster and demo commands share: the ``--db`` option, storage
+opened from it, the leaderboard read, and the driver run with a live progress bar."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+db_option = click.option(
+    "--db",
+    "database_url",
+    default=None,
+    metavar="URL",
+    help="Database URL (default: NORMFREE_DATABASE_URL, else sqlite:///normfree.db).",
+)
+
+
+def settings_for(database_url: str | None) -> Any:
+    from normfree.settings import get_settings
+
+    base = get_settings()
+    return base.model_copy(update={"database_url": database_url}) if database_url else base
+
+
+def open_store(settings: Any) -> Any:
+    from normfree import storage
+
+    return storage.open(settings)
+
+
+def board(store: Any, proxy: str, **kw: Any) -> list[dict[str, Any]]:
+    """The leaderboard, without scipy's precision warning for seeds that agree exactly."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*[Pp]recision loss")
+        return store.repo.leaderboard(proxy, **kw)
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    return "  ".join(f"{k.lower()} {v}" for k, v in counts.items() if v)
+
+
+def run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None) -> dict:
+    """Run the study's driver here, with a rich progress bar unless ``--json``."""
+    from normfree.workers.driver import StudyDriver
+
+    if as_json:
+        summary = StudyDriver(study_id, settings=settings, max_parallel=parallel).run()
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        with Progress(
+            TextColumn(f"study {study_id}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[counts]}"),
+        ) as bar:
+            task = bar.add_task("trials", total=None, counts="starting Ray ...")
+
+            def progress(counts: dict[str, int]) -> None:
+                total = sum(counts.values())
+                done = total - counts.get("WAITING", 0) - counts.get("RUNNING", 0)
+                bar.update(task, total=total, completed=done, counts=counts_line(counts))
+
+            driver = StudyDriver(
+                study_id, settings=settings, max_parallel=parallel, on_progress=progress
+            )
+            summary = driver.run()
+    driver_summary = {
+        "study_id": summary.study_id,
+        "status": summary.status,
+        "dispatched": summary.dispatched,
+        "retried": summary.retried,
+        "requeued_expired": summary.requeued_expired,
+        "counts": summary.counts,
+        "wall_s": round(summary.wall_s, 2),
+    }
+    return driver_summary

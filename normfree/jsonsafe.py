@@ -1,0 +1,39 @@
+"""One JSON sanitiser for every layer: what a non-finite float becomes, decided in one place.
+
+JSON has no NaN or infinity, and a diverged trial's loss or a property's limit is exactly that,
+so every answer that may hold one passes through :func:`finite`. Two readings exist, both on
+purpose: in results (trials, leaderboards, properties) a non-finite number is "no value"
+(``None``); in a prescreen's diagnostics it is the finding itself (``"nan"``, ``"inf"``), so the
+caller asks for text there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from typing import Any, Literal
+
+NonFinite = Literal["null", "text"]
+
+
+def finite(obj: Any, nonfinite: NonFinite = "null") -> Any:
+    """``obj`` with every non-finite float replaced (recursively through mappings and lists)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if nonfinite == "null" else str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k) if nonfinite == "text" else k: finite(v, nonfinite) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v, nonfinite) for v in obj]
+    return obj
+
+
+def plain(obj: Any) -> Any:
+    """A pydantic model, a ``to_dict`` object or a dataclass as plain data; others unchanged."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    return obj

@@ -1,0 +1,357 @@
+"""A small, safe constraint language over a candidate's :class:`Properties`.
+
+``bounded and monotone``, ``odd and slope0 >= 0.5``, ``growth in (linear, sublinear)``: a
+generate study filters its proposals with one such expression, and the API and the CLI validate
+it when a study is created. It is parsed here (never ``eval``): a tokenizer with length, token
+and depth limits, a recursive-descent parser, and a tree evaluated against the property record.
+It lives in the search space because it reads nothing but Properties.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from normfree.search_space.properties import Properties
+
+
+class ConstraintError(ValueError):
+    """A constraint string normfree refuses, with the character position of the problem."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        self.message = message
+        self.position = position
+        where = f" (at position {position})" if position is not None else ""
+        super().__init__(f"{message}{where}")
+
+
+MAX_CONSTRAINT_LENGTH = 500
+MAX_CONSTRAINT_TOKENS = 120
+MAX_CONSTRAINT_DEPTH = 16
+
+_BOOL_FIELDS = ("zero_centred", "odd", "bounded", "continuous", "differentiable")
+_NUM_FIELDS = (
+    "f0",
+    "slope0",
+    "flat_halfwidth",
+    "growth_exponent",
+    "limit_neg",
+    "limit_pos",
+    "range_min",
+    "range_max",
+)
+_STR_FIELDS: dict[str, tuple[str, ...]] = {
+    name: tuple(get_args(Properties.model_fields[name].annotation))
+    for name in ("monotone", "growth")
+}
+# Flags that read as English: name -> (field, operator, value).
+_ALIASES: dict[str, tuple[str, str, Any]] = {
+    "monotone": ("monotone", "in", ("increasing", "decreasing")),
+    "increasing": ("monotone", "==", "increasing"),
+    "decreasing": ("monotone", "==", "decreasing"),
+    "smooth": ("differentiable", "==", True),
+    "zero_centered": ("zero_centred", "==", True),
+    "centred": ("zero_centred", "==", True),
+    "centered": ("zero_centred", "==", True),
+    "flat_centre": ("flat_halfwidth", ">", 0.0),
+    "flat_center": ("flat_halfwidth", ">", 0.0),
+    "unbounded": ("bounded", "==", False),
+}
+_KEYWORDS = ("and", "or", "not", "in", "true", "false")
+_COMPARE = ("==", "!=", "<=", ">=", "<", ">")
+
+
+def _squash(word: str) -> str:
+    """Spelling-insensitive value key: 'sub-linear power' = sub_linear_power = sublinearpower."""
+    return word.lower().replace("-", "").replace("_", "").replace(" ", "")
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # name, num, str, op, end
+    text: str
+    pos: int
+
+
+def _tokenize_constraint(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in " \t":
+            i += 1
+        elif ch.isascii() and (ch.isalpha() or ch == "_"):
+            j = i
+            while j < n and text[j].isascii() and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            toks.append(_Tok("name", text[i:j].lower(), i))
+            i = j
+        elif ch.isascii() and (ch.isdigit() or ch in ".-+"):
+            j = i + 1
+            while j < n and text[j].isascii() and (text[j].isalnum() or text[j] in ".+-"):
+                if text[j] in "+-" and text[j - 1] not in "eE":
+                    break
+                j += 1
+            try:
+                value = float(text[i:j])
+            except ValueError:
+                raise ConstraintError(f"malformed number {text[i:j]!r}", i) from None
+            if not math.isfinite(value):
+                raise ConstraintError("numbers must be finite", i)
+            toks.append(_Tok("num", text[i:j], i))
+            i = j
+        elif ch in "'\"":
+            j = text.find(ch, i + 1)
+            if j < 0:
+                raise ConstraintError("unterminated string", i)
+            word = text[i + 1 : j]
+            if not _squash(word).isalnum() or len(word) > 40:
+                raise ConstraintError("a quoted value holds letters, digits, '-', '_', ' '", i)
+            toks.append(_Tok("str", word.lower(), i))
+            i = j + 1
+        else:
+            for op in (*_COMPARE, "(", ")", ","):
+                if text.startswith(op, i):
+                    toks.append(_Tok("op", op, i))
+                    i += len(op)
+                    break
+            else:
+                raise ConstraintError(f"unexpected character {ch!r}", i)
+        if len(toks) > MAX_CONSTRAINT_TOKENS:
+            raise ConstraintError(
+                f"constraint too long: more than {MAX_CONSTRAINT_TOKENS} tokens", i
+            )
+    toks.append(_Tok("end", "", n))
+    return toks
+
+
+@dataclass(frozen=True)
+class _Cmp:
+    field: str
+    op: str  # one of _COMPARE or "in"
+    value: Any
+    text: str  # the clause as written, for rejection reasons
+
+    def __call__(self, props: Properties) -> bool:
+        have = getattr(props, self.field)
+        if self.op == "in":
+            return have in self.value
+        if have is None:
+            return self.op == "!="
+        if self.op == "==":
+            return have == self.value
+        if self.op == "!=":
+            return have != self.value
+        return {"<": have < self.value, "<=": have <= self.value, ">": have > self.value,
+                ">=": have >= self.value}[self.op]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Not:
+    item: Any
+
+    def __call__(self, props: Properties) -> bool:
+        return not self.item(props)
+
+
+@dataclass(frozen=True)
+class _All:
+    items: tuple[Any, ...]
+
+    def __call__(self, props: Properties) -> bool:
+        return all(i(props) for i in self.items)
+
+
+@dataclass(frozen=True)
+class _Any:
+    items: tuple[Any, ...]
+
+    def __call__(self, props: Properties) -> bool:
+        return any(i(props) for i in self.items)
+
+
+class _ConstraintParser:
+    """Recursive descent: or := and ("or" and)*; and := not ("and" not)*; not := "not" not | atom;
+    atom := "(" or ")" | FIELD OP VALUE | FIELD "in" "(" VALUE ("," VALUE)* ")" | FLAG."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.toks = _tokenize_constraint(text)
+        self.i = 0
+        self.depth = 0
+
+    @property
+    def tok(self) -> _Tok:
+        return self.toks[self.i]
+
+    def take(self) -> _Tok:
+        t = self.toks[self.i]
+        self.i += 1
+        return t
+
+    def is_op(self, text: str) -> bool:
+        return self.tok.kind == "op" and self.tok.text == text
+
+    def is_word(self, text: str) -> bool:
+        return self.tok.kind == "name" and self.tok.text == text
+
+    def parse(self) -> Any:
+        node = self.or_()
+        if self.tok.kind != "end":
+            raise ConstraintError(f"unexpected {self.tok.text!r}", self.tok.pos)
+        return node
+
+    def or_(self) -> Any:
+        items = [self.and_()]
+        while self.is_word("or"):
+            self.take()
+            items.append(self.and_())
+        return items[0] if len(items) == 1 else _Any(tuple(items))
+
+    def and_(self) -> Any:
+        items = [self.not_()]
+        while self.is_word("and"):
+            self.take()
+            items.append(self.not_())
+        return items[0] if len(items) == 1 else _All(tuple(items))
+
+    def not_(self) -> Any:
+        if self.is_word("not"):
+            t = self.take()
+            self.enter(t.pos)
+            inner = self.not_()
+            self.depth -= 1
+            return _Not(inner)
+        return self.atom()
+
+    def enter(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_CONSTRAINT_DEPTH:
+            raise ConstraintError(f"constraint nested more than {MAX_CONSTRAINT_DEPTH} deep", pos)
+
+    def atom(self) -> Any:
+        t = self.tok
+        if self.is_op("("):
+            self.take()
+            self.enter(t.pos)
+            inner = self.or_()
+            self.depth -= 1
+            if not self.is_op(")"):
+                raise ConstraintError("expected ')'", self.tok.pos)
+            self.take()
+            return inner
+        if t.kind != "name" or t.text in _KEYWORDS:
+            found = "end of constraint" if t.kind == "end" else repr(t.text)
+            raise ConstraintError(f"expected a property, found {found}", t.pos)
+        self.take()
+        name = t.text
+        if self.tok.kind == "op" and self.tok.text in _COMPARE:
+            op = self.take().text
+            return self.compare(name, op, t)
+        if self.is_word("in"):
+            self.take()
+            return self.member(name, t)
+        if name in _ALIASES:
+            fld, op, value = _ALIASES[name]
+            return _Cmp(fld, op, value, name)
+        if name in _BOOL_FIELDS:
+            return _Cmp(name, "==", True, name)
+        raise ConstraintError(self.unknown(name), t.pos)
+
+    @staticmethod
+    def unknown(name: str) -> str:
+        fields = sorted([*_BOOL_FIELDS, *_NUM_FIELDS, *_STR_FIELDS, *_ALIASES])
+        return f"unknown property {name!r}; use one of {', '.join(fields)}"
+
+    def value(self) -> _Tok:
+        t = self.take()
+        if t.kind not in ("num", "str", "name") or t.text in ("and", "or", "not", "in"):
+            raise ConstraintError("expected a value", t.pos)
+        return t
+
+    def typed(self, name: str, t: _Tok) -> Any:
+        if name in _BOOL_FIELDS:
+            if t.text not in ("true", "false"):
+                raise ConstraintError(f"{name} is true or false", t.pos)
+            return t.text == "true"
+        if name in _NUM_FIELDS:
+            if t.kind != "num":
+                raise ConstraintError(f"{name} is compared with a number", t.pos)
+            return float(t.text)
+        allowed = {_squash(v): v for v in _STR_FIELDS[name]}
+        if _squash(t.text) not in allowed:
+            raise ConstraintError(f"{name} is one of {', '.join(allowed.values())}", t.pos)
+        return allowed[_squash(t.text)]
+
+    def compare(self, name: str, op: str, t: _Tok) -> _Cmp:
+        if name not in (*_BOOL_FIELDS, *_NUM_FIELDS, *_STR_FIELDS):
+            raise ConstraintError(self.unknown(name), t.pos)
+        if op not in ("==", "!=") and name not in _NUM_FIELDS:
+            raise ConstraintError(f"{name} can only be compared with == or !=", t.pos)
+        v = self.value()
+        return _Cmp(name, op, self.typed(name, v), self.text[t.pos : v.pos + len(v.text)])
+
+    def member(self, name: str, t: _Tok) -> _Cmp:
+        if name not in _STR_FIELDS:
+            raise ConstraintError(f"'in' applies to {', '.join(_STR_FIELDS)}", t.pos)
+        if not self.is_op("("):
+            raise ConstraintError("expected '(' after 'in'", self.tok.pos)
+        self.take()
+        values = [self.typed(name, self.value())]
+        while self.is_op(","):
+            self.take()
+            values.append(self.typed(name, self.value()))
+        if not self.is_op(")"):
+            raise ConstraintError("expected ')'", self.tok.pos)
+        end = self.take()
+        return _Cmp(name, "in", tuple(values), self.text[t.pos : end.pos + 1])
+
+
+class Constraint:
+    """A parsed constraint over :class:`Properties`, e.g. ``bounded and monotone``.
+
+    Language: flags (``bounded``, ``odd``, ``zero_centred``, ``continuous``, ``differentiable``
+    and the aliases ``monotone``, ``increasing``, ``smooth``, ``flat_centre``, ``unbounded``),
+    comparisons (``slope0 >= 0.5``, ``growth == logarithmic``, ``monotone != neither``),
+    membership (``growth in (bounded, logarithmic)``), ``not``, ``and``, ``or``, parentheses.
+    Parsed by a bounded recursive-descent parser; evaluated by reading whitelisted fields of a
+    ``Properties`` object. Never ``eval``: a hostile string is a :class:`ConstraintError`.
+    """
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ConstraintError("a constraint is text")
+        if len(text) > MAX_CONSTRAINT_LENGTH:
+            raise ConstraintError(f"constraint longer than {MAX_CONSTRAINT_LENGTH} characters")
+        if not text.strip():
+            raise ConstraintError("empty constraint", 0)
+        self.text = text.strip()
+        self._root = _ConstraintParser(self.text).parse()
+
+    def __call__(self, props: Properties) -> bool:
+        return bool(self._root(props))
+
+    def fields(self) -> list[str]:
+        """Property fields the constraint reads (for rejection reasons)."""
+        out: list[str] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, _Cmp):
+                out.append(node.field)
+            elif isinstance(node, _Not):
+                walk(node.item)
+            else:
+                for i in node.items:
+                    walk(i)
+
+        walk(self._root)
+        return list(dict.fromkeys(out))
+
+    def explain(self, props: Properties) -> str:
+        """Why ``props`` fails: the constraint and the values it read."""
+        values = ", ".join(f"{f}={getattr(props, f)!r}" for f in self.fields())
+        return f"violates {self.text!r} ({values})"
+
+    def __repr__(self) -> str:
+        return f"Constraint({self.text!r})"

@@ -1,0 +1,114 @@
+"""Candidates: the catalog of stored functions (user submissions, discovered candidates).
+
+Part of :class:`normfree.storage.Repository` (see ``storage/repository.py`` for the guarantees).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select, update
+
+from normfree.storage import aggregates
+from normfree.storage import leaderboard as boards
+from normfree.storage._common import (
+    RepositoryBase,
+    _candidate_dict,
+    _field,
+    _jsonable,
+    where_equal,
+)
+from normfree.storage.models import (
+    CandidateRow,
+    utcnow,
+)
+
+
+class CandidateRepository(RepositoryBase):
+    """Candidates: the catalog of stored functions (user submissions, discovered candidates)."""
+
+    # -- candidates --------------------------------------------------------------------------
+
+    def upsert_candidate(self, candidate: Any, submitter: str | None = None) -> int:
+        """Insert or update a candidate by name; returns its id.
+
+        ``candidate`` is a ``search_space.Candidate``, a pydantic model or a mapping with the
+        fields name, formula, canonical, fingerprint, properties, lineage, group, citation. An
+        existing row keeps its creation time, and its submitter unless one is given.
+        """
+        name = _field(candidate, "name")
+        if not name:
+            raise ValueError("a candidate needs a name")
+        values = {
+            "name": str(name),
+            "formula": _field(candidate, "formula"),
+            "canonical": _field(candidate, "canonical"),
+            "fingerprint": _field(candidate, "fingerprint"),
+            "properties": _jsonable(_field(candidate, "properties")) or {},
+            "lineage": _jsonable(_field(candidate, "lineage")) or {},
+            "group": _field(candidate, "group"),
+            "citation": _field(candidate, "citation"),
+            "submitter": submitter if submitter is not None else _field(candidate, "submitter"),
+            "created_at": utcnow(),
+        }
+        for key in ("formula", "canonical", "fingerprint", "group", "citation"):
+            if values[key] is not None:
+                values[key] = str(values[key])
+        stmt = self._insert(CandidateRow).values(**values)
+        updates = {k: stmt.excluded[k] for k in values if k not in ("name", "created_at")}
+        if values["submitter"] is None:
+            updates.pop("submitter")
+        stmt = stmt.on_conflict_do_update(index_elements=["name"], set_=updates).returning(
+            CandidateRow.id
+        )
+        with self.db.session() as s:
+            cid = int(s.execute(stmt).scalar_one())
+            aggregates.bump(s, "candidates")  # leaderboards and lists show group and properties
+            return cid
+
+    def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool:
+        """Record a stored candidate's prescreen (its status and result); False if none is named
+        ``name``. Written after the submission's answer, by the process that ran it."""
+        with self.db.session() as s:
+            res = s.execute(
+                update(CandidateRow)
+                .where(CandidateRow.name == name)
+                .values(prescreen=_jsonable(dict(prescreen)))
+            )
+            return res.rowcount == 1
+
+    def get_candidate(self, name: str) -> dict[str, Any] | None:
+        """The candidate named ``name`` as a dict (keys as the table's columns), or None."""
+        with self.db.session(readonly=True) as s:
+            row = s.scalar(select(CandidateRow).where(CandidateRow.name == name))
+            return _candidate_dict(row) if row else None
+
+    def list_candidates(
+        self,
+        *,
+        group: str | None = None,
+        submitter: str | None = None,
+        fingerprint: str | None = None,
+        canonical: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        name_contains: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Candidates by name, filtered; ``properties`` matches property values exactly."""
+        q = where_equal(
+            select(CandidateRow).order_by(CandidateRow.name),
+            CandidateRow,
+            group=group,
+            submitter=submitter,
+            fingerprint=fingerprint,
+            canonical=canonical,
+        )
+        if name_contains:
+            q = q.where(CandidateRow.name.contains(name_contains, autoescape=True))
+        with self.db.session(readonly=True) as s:
+            rows = [_candidate_dict(r) for r in s.scalars(q)]
+        if properties:
+            rows = [r for r in rows if boards.props_match(r["properties"], properties)]
+        return rows[offset : None if limit is None else offset + limit]

@@ -1,0 +1,152 @@
+"""Studies: their rows, specs, statuses and progress counts.
+
+Part of :class:`normfree.storage.Repository` (see ``storage/repository.py`` for the guarantees).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+
+from normfree.specs import (
+    STUDY_STATUSES,
+    TRIAL_STATUSES,
+    StudySpec,
+)
+from normfree.storage._common import (
+    RepositoryBase,
+    _study_dict,
+)
+from normfree.storage.models import (
+    StudyRow,
+    TrialRow,
+    utcnow,
+)
+
+
+class StudyRepository(RepositoryBase):
+    """Studies: their rows, specs, statuses and progress counts."""
+
+    # -- studies -----------------------------------------------------------------------------
+
+    def create_study(self, spec: StudySpec, *, optuna_study_name: str | None = None) -> int:
+        """Store a new study (status ``pending``); returns its id.
+
+        Its Optuna study name defaults to ``normfree-study-<id>``.
+        """
+        with self.db.session() as s:
+            row = StudyRow(
+                kind=spec.kind,
+                name=spec.name,
+                proxy=spec.proxy,
+                spec=spec.model_dump(mode="json"),
+                status="pending",
+                optuna_study_name=optuna_study_name,
+            )
+            s.add(row)
+            s.flush()
+            if row.optuna_study_name is None:
+                row.optuna_study_name = f"normfree-study-{row.id}"
+            return row.id
+
+    def delete_study(self, study_id: int) -> None:
+        """Remove a study that never ran, with its trial rows: the undo of a failed creation."""
+        with self.db.session() as s:
+            s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
+            s.execute(delete(StudyRow).where(StudyRow.id == study_id))
+
+    def get_study(self, study_id: int) -> dict[str, Any] | None:
+        """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""
+        with self.db.session(readonly=True) as s:
+            row = s.get(StudyRow, study_id)
+            return _study_dict(row) if row else None
+
+    def get_study_spec(self, study_id: int) -> StudySpec | None:
+        """The study's ``StudySpec``, parsed back (None if there is no such study)."""
+        study = self.get_study(study_id)
+        return StudySpec.model_validate(study["spec"]) if study else None
+
+    def list_studies(self, *, status: str | None = None) -> list[dict[str, Any]]:
+        """All studies, newest first, optionally of one status."""
+        q = select(StudyRow).order_by(StudyRow.id.desc())
+        if status is not None:
+            q = q.where(StudyRow.status == status)
+        with self.db.session(readonly=True) as s:
+            return [_study_dict(r) for r in s.scalars(q)]
+
+    def set_study_status(self, study_id: int, status: str) -> None:
+        """Set a study's status (one of ``STUDY_STATUSES``); KeyError if there is no such study.
+
+        Pausing or cancelling stops ``lease_next`` from handing out its WAITING trials at once.
+        """
+        if status not in STUDY_STATUSES:
+            raise ValueError(f"unknown study status {status!r}; expected one of {STUDY_STATUSES}")
+        with self.db.session() as s:
+            res = s.execute(
+                update(StudyRow)
+                .where(StudyRow.id == study_id)
+                .values(status=status, updated_at=utcnow())
+            )
+            if res.rowcount == 0:
+                raise KeyError(f"no study {study_id}")
+
+    def study_progress(self, study_id: int) -> dict[str, Any]:
+        """Counts per trial status plus totals and the best finished trial.
+
+        Keys: ``study_id``, ``status`` (the study's), ``counts`` (every trial status, zeros
+        included), ``total``, ``finished`` (terminal trials), ``fraction_finished``, ``best``
+        (``{"trial_id", "candidate", "axis_values", "seed", "value", "objective", "direction"}``
+        of the best COMPLETE trial, or None).
+        """
+        with self.db.session(readonly=True) as s:
+            study = s.get(StudyRow, study_id)
+            if study is None:
+                raise KeyError(f"no study {study_id}")
+            counts = dict.fromkeys(TRIAL_STATUSES, 0)
+            for st, n in s.execute(
+                select(TrialRow.status, func.count())
+                .where(TrialRow.study_id == study_id)
+                .group_by(TrialRow.status)
+            ):
+                counts[st] = int(n)
+            done = (
+                TrialRow.study_id == study_id,
+                TrialRow.status == "COMPLETE",
+                TrialRow.objective_value.is_not(None),
+            )
+            # One direction per study (its proxy's objective); the last finished trial says it.
+            direction = s.scalar(
+                select(TrialRow.direction)
+                .where(*done)
+                .order_by(TrialRow.finished_at.desc(), TrialRow.id.desc())
+                .limit(1)
+            )
+            order = (
+                TrialRow.objective_value.asc()
+                if direction == "minimize"
+                else TrialRow.objective_value.desc()
+            )
+            best_row = s.scalar(select(TrialRow).where(*done).order_by(order, TrialRow.id).limit(1))
+            total = sum(counts.values())
+            finished = total - counts["WAITING"] - counts["RUNNING"]
+            best = None
+            if best_row is not None:
+                best = {
+                    "trial_id": best_row.id,
+                    "candidate": best_row.candidate,
+                    "axis_values": best_row.axis_values or {},
+                    "seed": best_row.seed,
+                    "value": best_row.objective_value,
+                    "objective": best_row.objective,
+                    "direction": best_row.direction,
+                }
+            return {
+                "study_id": study_id,
+                "status": study.status,
+                "counts": counts,
+                "total": total,
+                "finished": finished,
+                "fraction_finished": finished / total if total else 0.0,
+                "best": best,
+            }

@@ -1,0 +1,71 @@
+"""The quick commands import what they use: no torch (and, from the catalog index, no sympy).
+
+Each command runs in a fresh interpreter (a subprocess), which then reports the heavy modules it
+loaded; the test asserts on those, not on seconds (``bench/bench_cli.py`` measures the time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "sympy", "scipy", "optuna", "ray", "sqlalchemy", "fastapi")
+
+_PROBE = """
+import json, sys
+args, heavy_names = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["normfree", *args]
+from normfree.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code or 0
+else:
+    code = 0
+heavy = sorted(m for m in heavy_names if m in sys.modules)
+print("\\nLOADED " + json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def _loaded(*args: str, cache: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NORMFREE_KERNEL_CACHE": str(cache / "kernels")}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(args)), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=True,
+    ).stdout
+    return json.loads(out.rsplit("LOADED ", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory whose catalog index is built once (by the first command)."""
+    path = tmp_path_factory.mktemp("cache")
+    assert _loaded("candidates", "list", "--json", cache=path)["code"] == 0
+    return path
+
+
+def test_help_imports_nothing_heavy(cache: Path) -> None:
+    assert _loaded("--help", cache=cache) == {"code": 0, "heavy": []}
+
+
+@pytest.mark.parametrize("args", [("candidates", "list"), ("candidates", "show", "erf")])
+def test_catalog_reads_import_neither_torch_nor_sympy(cache: Path, args: tuple[str, ...]) -> None:
+    assert _loaded(*args, cache=cache) == {"code": 0, "heavy": []}
+
+
+@pytest.mark.parametrize("formula", ["u/(1+abs(u))", "tanh(u)", "u+"])
+def test_check_parses_without_torch(cache: Path, formula: str) -> None:
+    got = _loaded("candidates", "check", formula, cache=cache)
+    assert "torch" not in got["heavy"] and "sympy" in got["heavy"]
+    assert got["code"] == (2 if formula == "u+" else 0)

@@ -597,7 +597,9 @@ def train_trial(
                 diags += diagnostics.measure(
                     model, task.diag_loss, epoch=epoch, train_stats=monitor.take()
                 )
-                if report is not None and report(rec):
+                # after the last epoch there is nothing left to save: a prune signal there
+                # would only throw away a finished result, so the run completes
+                if report is not None and report(rec) and epoch < p.epochs:
                     status = "pruned"
                     metrics = {**val, "train_loss": train_loss}
                     break

@@ -91,9 +91,10 @@ def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
     trials = store.repo.list_trials(study_id)
     pruned = [t for t in trials if t["status"] == "PRUNED"]
     assert pruned, "successive halving pruned nothing"
-    # A pruned trial stopped early: fewer epochs recorded than the budget.
-    curve = store.repo.get_trial(pruned[0]["id"])["curves"]
-    assert 1 <= len(curve) < 3
+    # Every pruned trial stopped early: fewer epochs recorded than the budget (a prune signal
+    # after the last epoch keeps the finished result instead).
+    for t in pruned:
+        assert 1 <= len(store.repo.get_trial(t["id"])["curves"]) < 3
     ostudy = optuna.load_study(
         study_name=optuna_study_name(study_id), storage=store.optuna_storage()
     )

@@ -597,9 +597,7 @@ def train_trial(
                 diags += diagnostics.measure(
                     model, task.diag_loss, epoch=epoch, train_stats=monitor.take()
                 )
-                # after the last epoch there is nothing left to save: a prune signal there
-                # would only throw away a finished result, so the run completes
-                if report is not None and report(rec) and epoch < p.epochs:
+                if report is not None and report(rec):
                     status = "pruned"
                     metrics = {**val, "train_loss": train_loss}
                     break

@@ -91,10 +91,11 @@ def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
     trials = store.repo.list_trials(study_id)
     pruned = [t for t in trials if t["status"] == "PRUNED"]
     assert pruned, "successive halving pruned nothing"
-    # Every pruned trial stopped early: fewer epochs recorded than the budget (a prune signal
-    # after the last epoch keeps the finished result instead).
+    # A pruned trial recorded the epochs it ran, up to the budget: successive halving may decide
+    # at any reported epoch, the last one included (which of them depends on how the two
+    # parallel trials' reports interleave, so the test does not pin it).
     for t in pruned:
-        assert 1 <= len(store.repo.get_trial(t["id"])["curves"]) < 3
+        assert 1 <= len(store.repo.get_trial(t["id"])["curves"]) <= 3
     ostudy = optuna.load_study(
         study_name=optuna_study_name(study_id), storage=store.optuna_storage()
     )

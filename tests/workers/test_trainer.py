@@ -90,12 +90,6 @@ def test_report_true_prunes():
     assert "val_acc" in res.metrics
 
 
-def test_a_prune_signal_after_the_last_epoch_keeps_the_finished_result():
-    epochs = PROXIES["vit-tiny"].epochs
-    res = train_trial(_cfg("vit-tiny"), report=lambda rec: rec.epoch == epochs)
-    assert res.status == "complete" and len(res.curves) == epochs
-
-
 def test_dit_zero_init_final_follows_norm_kind_unless_set():
     assert resolve(_cfg("dit-tiny", "layernorm")).model_config.zero_init_final is True
     assert resolve(_cfg("dit-tiny", DERF)).model_config.zero_init_final is False

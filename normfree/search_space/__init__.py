@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 # Public names and the module that defines each. They load on first use: the CLI's quick
 # commands read the catalog index (``catalog_index``) without importing sympy at all.
 _LAZY = {
-    "MAX_CONSTANT": "_parser",
-    "MAX_DEPTH": "_parser",
-    "MAX_EXPONENT": "_parser",
-    "MAX_LENGTH": "_parser",
-    "MAX_NODES": "_parser",
+    "MAX_CONSTANT": "_syntax",
+    "MAX_DEPTH": "_syntax",
+    "MAX_EXPONENT": "_syntax",
+    "MAX_LENGTH": "_syntax",
+    "MAX_NODES": "_syntax",
     "U": "_parser",
     "Candidate": "candidate",
     "Lineage": "candidate",
@@ -48,13 +48,13 @@ _SUBMODULES = ("catalog", "transforms", "catalog_index", "grammar")
 
 if TYPE_CHECKING:
     from normfree.search_space import catalog, transforms
-    from normfree.search_space._parser import (
+    from normfree.search_space._parser import U
+    from normfree.search_space._syntax import (
         MAX_CONSTANT,
         MAX_DEPTH,
         MAX_EXPONENT,
         MAX_LENGTH,
         MAX_NODES,
-        U,
     )
     from normfree.search_space.candidate import Candidate, Lineage, TransformStep, parse
     from normfree.search_space.dedup import (

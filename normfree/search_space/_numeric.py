@@ -19,15 +19,15 @@ import sympy
 
 from normfree.search_space._parser import U
 from normfree.search_space.primitives import (
-    BY_SYMPY,
-    MINMAX,
     PRIMITIVES,
+    by_sympy,
+    minmax,
     resolve_numeric,
     resolve_torch,
 )
 
 # The node types the kernel printers rely on (brief: "the ONLY sympy node types").
-ALLOWED_FUNCS: tuple[type, ...] = (*(p.sympy for p in PRIMITIVES), *MINMAX)
+ALLOWED_FUNCS: tuple[type, ...] = (*(p.sympy for p in PRIMITIVES), *minmax())
 _RELATIONALS = (
     sympy.StrictLessThan,
     sympy.LessThan,
@@ -342,7 +342,7 @@ def evaluate_point(
                 return mpmath.sign(arg)
             if isinstance(node, sympy.log):
                 return mpmath.log(arg) if arg > 0 else (-mp.inf if arg == 0 else mp.nan)
-            prim = BY_SYMPY.get(type(node))
+            prim = by_sympy().get(type(node))
             if prim is not None and prim.mpmath == "guarded":
                 return _mp_guarded(prim.name, arg, mp)
             if prim is not None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from normfree.search_space._parser import FUNCTIONS, Token, parse_expr_text, tokenize
+from normfree.search_space._parser import parse_expr_text
+from normfree.search_space._syntax import FUNCTIONS, Token, tokenize
 from normfree.search_space.baselines import BASELINES, Baseline
 from normfree.search_space.candidate import Candidate, Lineage, build_candidate
 from normfree.search_space.errors import ExpressionError

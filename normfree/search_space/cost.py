@@ -22,9 +22,12 @@ generator's grammar, so they refuse only inputs built to be expensive.
 
 from __future__ import annotations
 
-import sympy
+from typing import TYPE_CHECKING
 
 from normfree.search_space.errors import ExpressionError
+
+if TYPE_CHECKING:
+    import sympy
 
 # Nodes of the printed f or f' (one per operator, call, number or symbol occurrence). 8,000 nodes
 # print as ~100-200 kB of C: a sub-second build; the catalog's largest is 60.
@@ -40,6 +43,8 @@ def expanded_size(expr: sympy.Basic, limit: int = MAX_EXPANDED_NODES) -> int:
     DAG) and saturating just above ``limit``, so a tower never makes a huge integer either.
     Half-integer powers print ``sqrt(b) * b**k``; other constant powers as ``exp(p*log(b))``.
     """
+    import sympy  # here: the parser's syntax pass reads MAX_SWITCHES without sympy
+
     cap = limit + 1
     memo: dict[sympy.Basic, int] = {}
 

@@ -32,7 +32,8 @@ from fractions import Fraction
 
 import sympy
 
-from normfree.search_space._parser import MAX_DEPTH, MAX_EXPONENT, MAX_NODES, U
+from normfree.search_space._parser import U
+from normfree.search_space._syntax import MAX_DEPTH, MAX_EXPONENT, MAX_NODES
 from normfree.search_space.candidate import Candidate, parse
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.primitives import PRIMITIVES

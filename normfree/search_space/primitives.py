@@ -17,9 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
-
-import sympy
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class Primitive:
     """One function of one argument and how each backend computes it."""
 
     name: str  # in formulas and in the grammar's text
-    sympy: type  # the sympy class of the node
+    sympy_name: str  # the name of the node's sympy class (``Abs``): see :attr:`sympy`
     math: Callable[[float], float]  # a float, for the parser's constant folding
     numpy: str  # "module.attr": numpy's (or scipy.special's) vectorised function
     torch: str  # attribute path under ``torch`` for numeric evaluation of tensors
@@ -37,6 +36,14 @@ class Primitive:
     # mpmath: "guarded" for the functions ``_numeric._mp_guarded`` saturates, else the mpmath
     # function's name (log and sign keep their own edge rules there).
     mpmath: str
+
+    @property
+    def sympy(self) -> type:
+        """The sympy class of the node. Resolved on use, not when the table loads: the parser's
+        syntax pass reads names and floats from this table, and must not import sympy."""
+        import sympy
+
+        return getattr(sympy, self.sympy_name)
 
 
 def _sign(v: float) -> float:
@@ -71,7 +78,7 @@ def _rows(table: str) -> tuple[Primitive, ...]:
     out = []
     for row in rows:
         cell: dict[str, Any] = dict(zip(header, row, strict=True))
-        cell["sympy"] = getattr(sympy, cell["sympy"])
+        cell["sympy_name"] = cell.pop("sympy")
         cell["math"] = _MATH_SPECIAL.get(cell["math"]) or getattr(math, cell["math"])
         out.append(Primitive(**cell))
     return tuple(out)
@@ -79,10 +86,20 @@ def _rows(table: str) -> tuple[Primitive, ...]:
 
 PRIMITIVES: tuple[Primitive, ...] = _rows(_TABLE)
 BY_NAME: dict[str, Primitive] = {p.name: p for p in PRIMITIVES}
-BY_SYMPY: dict[type, Primitive] = {p.sympy: p for p in PRIMITIVES}
-assert len(BY_NAME) == len(BY_SYMPY) == len(PRIMITIVES), "one row per primitive"
-# The n-ary heads every backend prints by nesting two-argument min/max.
-MINMAX: tuple[type, ...] = (sympy.Min, sympy.Max)
+assert len(BY_NAME) == len({p.sympy_name for p in PRIMITIVES}) == len(PRIMITIVES), "one per row"
+
+
+@cache
+def by_sympy() -> dict[type, Primitive]:
+    """``{sympy class: primitive}`` (a function: building it imports sympy)."""
+    return {p.sympy: p for p in PRIMITIVES}
+
+
+def minmax() -> tuple[type, ...]:
+    """The n-ary heads every backend prints by nesting two-argument min/max."""
+    import sympy
+
+    return (sympy.Min, sympy.Max)
 
 
 def printer_functions(column: str) -> dict[type, str]:

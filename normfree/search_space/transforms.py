@@ -19,7 +19,8 @@ from fractions import Fraction
 
 import sympy
 
-from normfree.search_space._parser import MAX_CONSTANT, MIN_CONSTANT, U
+from normfree.search_space._parser import U
+from normfree.search_space._syntax import MAX_CONSTANT, MIN_CONSTANT
 from normfree.search_space.candidate import (
     Candidate,
     Lineage,

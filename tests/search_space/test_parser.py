@@ -17,7 +17,8 @@ from normfree.search_space import (
     parse,
 )
 from normfree.search_space._numeric import disallowed_nodes
-from normfree.search_space._parser import parse_expr_text, tokenize
+from normfree.search_space._parser import parse_expr_text
+from normfree.search_space._syntax import tokenize
 
 X = np.linspace(-4, 4, 81)
 

@@ -12,7 +12,7 @@ import sympy
 import torch
 
 from normfree.kernels._printers import CPrinter, TorchPrinter, TritonPrinter
-from normfree.search_space import _numeric, _parser, grammar
+from normfree.search_space import _numeric, _parser, _syntax, grammar
 from normfree.search_space.primitives import PRIMITIVES, resolve_numeric, resolve_torch
 
 POINTS = [-2.5, -0.7, 0.3, 1.9]
@@ -40,7 +40,7 @@ def test_the_tables_are_derived_from_it() -> None:
     for printer in (TorchPrinter, TritonPrinter, CPrinter):
         assert set(printer.functions) == heads
     for p in PRIMITIVES:
-        assert _parser.FUNCTIONS[p.name][2] is p.sympy
+        assert _parser.BUILDERS[p.name] is p.sympy
         assert grammar._NAMES[p.sympy] == p.name
-        assert _parser._FLOAT_FUNCS[p.name](0.5) == p.math(0.5)
-    assert math.isclose(_parser._FLOAT_FUNCS["arctan"](1.0), math.atan(1.0))
+        assert _syntax.FOLD[p.name](0.5) == p.math(0.5)
+    assert math.isclose(_syntax.FOLD["arctan"](1.0), math.atan(1.0))

@@ -106,6 +106,17 @@ def _poly_real_roots(g: sympy.Expr) -> list[float]:
     return out
 
 
+def _away_from_zero(g: sympy.Expr, threshold: float) -> bool:
+    """True when sympy proves |g| >= 1000 * threshold for every real u (1 + abs(u), u**2 + 1).
+
+    Then no refinement of a minimum of |g| can reach ``threshold``, and :func:`_near_zero` need
+    not run its minimiser (whose scipy import alone costs a CLI check 0.3 s). The margin keeps
+    float rounding of g's values from mattering; an unproven bound (None) proves nothing.
+    """
+    bound = sympy.Rational(1000 * threshold)
+    return bool((g - bound).is_nonnegative or (-g - bound).is_nonnegative)
+
+
 def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
     """A point where |g| (numerically) reaches 0, refining local minima of |g| on ``grid``."""
     vals = np.abs(evaluate_numpy(g, grid))
@@ -116,6 +127,8 @@ def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
     # Indices of local minima of |g| (including sign changes, where |g| dips between points).
     interior = np.where((vals[1:-1] <= vals[:-2]) & (vals[1:-1] <= vals[2:]))[0] + 1
     candidates = interior[np.argsort(vals[interior])][:_MAX_MINIMA]
+    if candidates.size and _away_from_zero(g, 1e-11 * max(1.0, float(np.max(vals[candidates])))):
+        return None
     for i in candidates:
         lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
         import scipy.optimize  # here: most formulas never reach it, and it costs a CLI 0.3 s

@@ -146,16 +146,15 @@ def show_cmd(name: str, as_json: bool) -> None:
 @json_option
 def check_cmd(formula: str, name: str | None, as_json: bool) -> None:
     """Parse FORMULA (in u), print its canonical form, properties and duplicate, if any."""
-    from normfree.search_space import ExpressionError, catalog_index, parse
+    from normfree.search_space import ExpressionError, checks
 
     try:
-        c = parse(formula, name=name)
+        checked = checks.check(formula, name=name)
     except ExpressionError as exc:
         fail(f"formula rejected: {exc}", as_json, position=exc.position, reason=exc.message)
-    result = {**c.to_dict(), "duplicate_of": catalog_index.duplicate_of(c)}
 
-    def human(_: Any) -> None:
-        _candidate_details(c)
-        click.echo(f"{'duplicate of':12s} {result['duplicate_of'] or '-'}")
+    def human(d: dict[str, Any]) -> None:
+        _details(d, checked.call, checked.summary)
+        click.echo(f"{'duplicate of':12s} {d['duplicate_of'] or '-'}")
 
-    emit(result, as_json, human)
+    emit(checked.data, as_json, human)

@@ -44,7 +44,7 @@ _LAZY = {
     "Properties": "properties",
     "compute_properties": "properties",
 }
-_SUBMODULES = ("catalog", "transforms", "catalog_index", "grammar")
+_SUBMODULES = ("catalog", "transforms", "catalog_index", "checks", "grammar")
 
 if TYPE_CHECKING:
     from normfree.search_space import catalog, transforms

@@ -6,7 +6,9 @@ each entry's public dict, its one-line summary, its canonical form and its probe
 duplicate checks). They are computed once and stored as JSON beside the kernel cache, keyed by
 a hash of this package's source and of the numeric libraries' versions, so any change to the
 catalog, the parser or the properties rebuilds the index. Reading it imports neither sympy nor
-scipy. A cache that cannot be written (read-only home) only costs the rebuild.
+scipy. A cache that cannot be written (read-only home) only costs the rebuild. The same folder
+and key hold the results of checked user formulas (:mod:`.checks`), read and written through
+the same two helpers.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class IndexedEntry:
     values: tuple[float, ...]  # f on dedup.PROBE_GRID
 
 
+@cache
 def index_key() -> str:
     """A hash of everything the entries are computed from: this package's code and libraries."""
     h = hashlib.sha256()
@@ -56,11 +59,39 @@ def index_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _cache_file(key: str) -> Path:
-    """Beside the kernel cache (``NORMFREE_KERNEL_CACHE``'s parent), one file per index key."""
+def cache_dir() -> Path:
+    """Where the index (and :mod:`.checks`'s results) live: the kernel cache's parent folder."""
     from normfree.settings import get_settings
 
-    return Path(get_settings().kernel_cache).parent / f"catalog-index-{key}.json"
+    return Path(get_settings().kernel_cache).parent
+
+
+def _cache_file(key: str) -> Path:
+    """One file per index key."""
+    return cache_dir() / f"catalog-index-{key}.json"
+
+
+def read_json(path: Path) -> Any:
+    """What :func:`write_json` stored at ``path``, or None when it is missing or damaged."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Store ``value`` atomically: a concurrent reader sees the old file or the whole new one.
+
+    A cache that cannot be written (read-only home) is skipped: it only costs the recompute.
+    NaN and inf are written JSON5-style, and :func:`read_json` reads them back.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        tmp.replace(path)
+    except OSError:
+        pass
 
 
 def _build() -> list[IndexedEntry]:
@@ -86,21 +117,13 @@ def _build() -> list[IndexedEntry]:
 @cache
 def entries() -> tuple[IndexedEntry, ...]:
     """Every catalog entry in table order: from the cache file, else built (and stored)."""
-    key = index_key()
-    path = _cache_file(key)
+    path = _cache_file(index_key())
     try:
-        rows = json.loads(path.read_text())
-        return tuple(IndexedEntry(**{**r, "values": tuple(r["values"])}) for r in rows)
-    except (OSError, ValueError, TypeError, KeyError):
+        return tuple(IndexedEntry(**{**r, "values": tuple(r["values"])}) for r in read_json(path))
+    except (TypeError, KeyError):  # missing (None) or not rows of this version's entries
         pass
     built = _build()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([e.__dict__ for e in built]))  # NaN/inf: JSON5-style, read back
-        tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
-    except OSError:
-        pass
+    write_json(path, [e.__dict__ for e in built])
     return tuple(built)
 
 

@@ -1,4 +1,5 @@
-"""The quick commands import what they use: no torch (and, from the catalog index, no sympy).
+"""The quick commands import what they use: no torch (and, from the catalog index or a stored
+check result, no sympy).
 
 Each command runs in a fresh interpreter (a subprocess), which then reports the heavy modules it
 loaded; the test asserts on those, not on seconds (``bench/bench_cli.py`` measures the time).
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "sympy", "scipy", "optuna", "ray", "sqlalchemy", "fastapi")
+HEAVY = ("torch", "sympy", "numpy", "scipy", "optuna", "ray", "sqlalchemy", "fastapi")
 
 _PROBE = """
 import json, sys
@@ -64,8 +65,15 @@ def test_catalog_reads_import_neither_torch_nor_sympy(cache: Path, args: tuple[s
     assert _loaded(*args, cache=cache) == {"code": 0, "heavy": []}
 
 
-@pytest.mark.parametrize("formula", ["u/(1+abs(u))", "tanh(u)", "u+"])
-def test_check_parses_without_torch(cache: Path, formula: str) -> None:
-    got = _loaded("candidates", "check", formula, cache=cache)
-    assert "torch" not in got["heavy"] and "sympy" in got["heavy"]
-    assert got["code"] == (2 if formula == "u+" else 0)
+@pytest.mark.parametrize("formula", ["u/(1+abs(u))", "tanh(u)"])
+def test_check_parses_without_torch_then_reads_its_result(cache: Path, formula: str) -> None:
+    first = _loaded("candidates", "check", formula, cache=cache)
+    assert first["code"] == 0 and "sympy" in first["heavy"] and "torch" not in first["heavy"]
+    # A division by 1 + abs(u) is proven non-zero by sympy: no scipy minimiser is imported.
+    assert "scipy" not in first["heavy"]
+    assert _loaded("candidates", "check", formula, cache=cache) == {"code": 0, "heavy": []}
+
+
+@pytest.mark.parametrize("formula", ["u+", "tanh(u", "u**100", "1/0", "foo(u)"])
+def test_a_syntax_error_is_refused_before_sympy_loads(cache: Path, formula: str) -> None:
+    assert _loaded("candidates", "check", formula, cache=cache) == {"code": 2, "heavy": []}

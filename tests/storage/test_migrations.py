@@ -34,6 +34,13 @@ def _nullable(insp: Any, table: str, column: str) -> bool:
     return next(c["nullable"] for c in insp.get_columns(table) if c["name"] == column)
 
 
+def _downgrade(db: Database, revision: str) -> Any:
+    """Run the downgrades to ``revision``; an inspector of the schema they leave."""
+    with db.engine.begin() as conn:
+        command.downgrade(db.alembic_config(conn), revision)
+    return inspect(db.engine)
+
+
 def test_migrated_schema_matches_models(db: Database) -> None:
     """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
     assert db.current_revision() == head(db) == HEAD
@@ -84,18 +91,14 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
         assert {"arm_results", "read_versions"} <= set(insp.get_table_names())
         assert _nullable(insp, "candidates", "prescreen")
         assert "reference_sets" not in insp.get_table_names()
-        with db.engine.begin() as conn:
-            command.downgrade(db.alembic_config(conn), "0005")
-        insp = inspect(db.engine)
+        insp = _downgrade(db, "0005")
         assert "arm_results" not in insp.get_table_names()
         assert "prescreen" not in {c["name"] for c in insp.get_columns("candidates")}
         db.migrate()
         insp = inspect(db.engine)
         assert {"reference_sets", "reference_rows"} <= set(insp.get_table_names())
         assert _nullable(insp, "trials", "failure")
-        with db.engine.begin() as conn:
-            command.downgrade(db.alembic_config(conn), "0006")
-        insp = inspect(db.engine)
+        insp = _downgrade(db, "0006")
         assert "reference_sets" not in insp.get_table_names()
         assert "failure" not in {c["name"] for c in insp.get_columns("trials")}
         db.migrate()

@@ -2,25 +2,17 @@
 
 Only primary keys, unique keys and foreign keys here; the query indexes and the API token table
 came in 0002.
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-29
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from normfree.storage.migrations.columns import JSON, TS
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
-
-JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-TS = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:

@@ -1,25 +1,17 @@
 """Query indexes (leaderboard, study progress, leasing, pairing) and the api_tokens table.
 
 0001 only had the keys; the leaderboard and the lease queries scanned the trials table.
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-29
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from normfree.storage.migrations.columns import JSON, TS
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
-
-JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-TS = sa.DateTime(timezone=True)
 
 INDEXES = (
     ("ix_candidates_fingerprint", "candidates", ["fingerprint"]),

@@ -2,10 +2,6 @@
 
 ``attempt`` stays monotonic, so it keeps working as the fencing token of a lease; retries are
 bounded by ``attempt - releases``. Existing rows start at 0 (nothing was released before).
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-29
 """
 
 from __future__ import annotations
@@ -15,8 +11,6 @@ from alembic import op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

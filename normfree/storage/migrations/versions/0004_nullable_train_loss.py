@@ -3,10 +3,6 @@
 Up to 0003 the column was NOT NULL, and SQLite turns a NaN into NULL, so a diverging trial's
 NaN epoch could not be recorded. From here on every float column stores NaN/inf as NULL
 (``models.FiniteFloat``), the same on every backend and representable in JSON.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-29
 """
 
 from __future__ import annotations
@@ -16,8 +12,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

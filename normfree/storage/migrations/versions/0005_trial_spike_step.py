@@ -3,10 +3,6 @@
 ``TrialResult.spike_step`` says why a run failed (or nearly did) but was dropped on the way into
 the database; a nullable integer beside ``diverged_at_step`` keeps it. Existing rows get NULL:
 no spike was recorded for them, which is what NULL means for a new row too.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations
@@ -16,8 +12,6 @@ from alembic import op
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 # Plain ALTERs, not batch mode: SQLite (>= 3.35) adds and drops an unindexed column in place,

@@ -7,10 +7,6 @@
   API's response cache and ETags.
 - ``candidates.prescreen``: the submission prescreen's status and result, written after the
   answer by whichever API process ran it.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-02
 """
 
 from __future__ import annotations
@@ -19,15 +15,11 @@ import secrets
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from normfree.storage.migrations.columns import JSON, TS
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
-
-JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-TS = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:

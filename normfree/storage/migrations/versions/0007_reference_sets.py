@@ -3,10 +3,6 @@
 ``reference_sets`` / ``reference_rows`` hold the results a proxy's ranking is compared with;
 ``trials.failure`` says why a DIVERGED trial failed to train (non-finite loss, a blow-up, or an
 end near the untrained level). Existing trials get NULL: their reason was not recorded.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations
@@ -16,8 +12,6 @@ from alembic import op
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -29,12 +29,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import multiprocessing as mp
 import sys
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
+
+from resumable import earlier_rows, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -169,11 +170,7 @@ def main() -> None:
     tag = args.proxy + ("-quick" if args.quick else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"calibration-{tag}.jsonl"
-    rows: list[dict[str, Any]] = []
-    if (args.resume or args.summarise_only) and jsonl.exists():
-        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    elif jsonl.exists():
-        jsonl.unlink()
+    rows = earlier_rows(jsonl, keep=args.resume or args.summarise_only)
     done = {(json.dumps(r["norm"], sort_keys=True), r["seed"]) for r in rows}
     plan = [(c, s) for c in fact_cells for s in range(args.seeds)]
     plan += [(c, s) for c in other_cells for s in range(args.published_seeds)]
@@ -183,17 +180,7 @@ def main() -> None:
         if (json.dumps(c.norm_fields(), sort_keys=True), s) not in done and not args.summarise_only
     ]
     t0 = time.perf_counter()
-    if jobs:
-        from tqdm import tqdm
-
-        with (
-            mp.get_context("spawn").Pool(args.workers, maxtasksperchild=8) as pool,
-            jsonl.open("a") as fh,
-        ):
-            for row in tqdm(pool.imap(run_one, jobs), total=len(jobs), desc=tag, file=sys.stderr):
-                rows.append(row)
-                fh.write(json.dumps(row) + "\n")
-                fh.flush()
+    rows += train_rows(run_one, jobs, jsonl, workers=args.workers, desc=tag)
     wall = time.perf_counter() - t0
     if not rows:
         print(json.dumps({"proxy": args.proxy, "error": "no results"}))

@@ -24,11 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from resumable import TEST_OF, earlier_rows, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GROUPS_16 = ("natural", "transformed", "clipped unbounded", "ratio")  # science.md section 2
@@ -43,27 +45,31 @@ def search_16() -> list[str]:
     return names
 
 
-def run_one(job: tuple[str, str, int, int | None]) -> dict:
-    proxy, name, seed, epochs = job
+def trial_row(proxy: str, name: str, seed: int, epochs: int | None) -> tuple[Any, dict]:
+    """Train one (function, seed): its ``TrialResult``, and the row kept of it (``stability.py``
+    adds its own columns to the same row)."""
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.trainer import train_trial
 
     t0 = time.perf_counter()
     r = train_trial(TrialConfig(proxy=proxy, norm=NormSpec(name=name), seed=seed, epochs=epochs))
-    test_key = {"val_acc": "test_acc", "val_loss": "test_loss"}.get(r.objective or "", "")
-    return {
+    return r, {
         "proxy": proxy,
         "function": name,
         "seed": seed,
         "status": r.status,
         "objective": r.objective,
         "value": r.value,
-        "test": r.metrics.get(test_key),
+        "test": r.metrics.get(TEST_OF.get(r.objective or "", "")),
         "metrics": r.metrics,
         "diverged_at_step": r.diverged_at_step,
         "error": r.error,
         "seconds": time.perf_counter() - t0,
     }
+
+
+def run_one(job: tuple[str, str, int, int | None]) -> dict:
+    return trial_row(*job)[1]
 
 
 def _metric(r: dict, metric: str | None) -> float | None:
@@ -191,7 +197,7 @@ def reused_rows(
         ):
             continue
         r = c["result"]
-        test_key = {"val_acc": "test_acc", "val_loss": "test_loss"}.get(r.get("objective") or "")
+        test_key = TEST_OF.get(r.get("objective") or "")
         value = r["metrics"].get(r["objective"]) if r["status"] == "complete" else None
         out.append(
             {
@@ -243,11 +249,7 @@ def main() -> None:
     tag = f"{args.proxy}" + ("-quick" if args.quick else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"discriminative-{tag}.jsonl"
-    rows: list[dict] = []
-    if (args.resume or args.summarise_only) and jsonl.exists():
-        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    elif jsonl.exists():
-        jsonl.unlink()
+    rows = earlier_rows(jsonl, keep=args.resume or args.summarise_only)
     if args.reuse:
         reused = reused_rows(Path(args.reuse), args.proxy, functions, args.seeds, rows)
         rows += reused
@@ -262,16 +264,7 @@ def main() -> None:
         if (f, s) not in done and not args.summarise_only
     ]
     t0 = time.perf_counter()
-    from tqdm import tqdm
-
-    with (
-        mp.get_context("spawn").Pool(args.workers, maxtasksperchild=8) as pool,
-        jsonl.open("a") as fh,
-    ):
-        for row in tqdm(pool.imap(run_one, jobs), total=len(jobs), desc=tag, file=sys.stderr):
-            rows.append(row)
-            fh.write(json.dumps(row) + "\n")
-            fh.flush()
+    rows += train_rows(run_one, jobs, jsonl, workers=args.workers, desc=tag)
     summary = summarise(rows, functions)
     # the command that produced the rows (a --summarise-only rerun only rewrites the table)
     argv = [a for a in sys.argv[1:] if a != "--summarise-only"]

@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from discriminative import search_16, summarise
+from discriminative import search_16, summarise, trial_row
+from resumable import earlier_rows, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BASELINE_ORDER = ("layernorm", "rmsnorm", "identity")
@@ -45,36 +45,24 @@ def run_one(job: tuple[str, str, int, int | None]) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from normfree.specs import NormSpec, TrialConfig
+    from normfree.specs import NormSpec
     from normfree.workers import diagnostics
     from normfree.workers.prescreen import prescreen
-    from normfree.workers.trainer import train_trial
 
     t0 = time.perf_counter()
     ps = prescreen(NormSpec(name=name), proxy=proxy, seed=seed)
     t1 = time.perf_counter()
-    r = train_trial(TrialConfig(proxy=proxy, norm=NormSpec(name=name), seed=seed, epochs=epochs))
-    test_key = {"val_acc": "test_acc", "val_loss": "test_loss"}.get(r.objective or "", "")
+    r, row = trial_row(proxy, name, seed, epochs)
     stab = diagnostics.stability(r.diagnostics)
     return {
-        "proxy": proxy,
-        "function": name,
-        "seed": seed,
-        "status": r.status,
-        "objective": r.objective,
-        "value": r.value,
-        "test": r.metrics.get(test_key),
-        "metrics": r.metrics,
-        "diverged_at_step": r.diverged_at_step,
+        **row,
         "spike_step": r.spike_step,
         "stability": {k: v for k, v in stab.items() if k != "layers"},
         "prescreen": {
             k: ps.get(k)
             for k in ("unstable", "survives", "out_growth", "loss_ratio", "steps", "lr", "seconds")
         },
-        "error": r.error,
         "prescreen_s": t1 - t0,
-        "seconds": time.perf_counter() - t1,
     }
 
 
@@ -243,11 +231,7 @@ def main() -> None:
     tag = args.proxy + ("-quick" if args.quick else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"stability-{tag}.jsonl"
-    rows: list[dict] = []
-    if (args.resume or args.summarise_only) and jsonl.exists():
-        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    elif jsonl.exists():
-        jsonl.unlink()
+    rows = earlier_rows(jsonl, keep=args.resume or args.summarise_only)
     done = {(r["function"], r["seed"]) for r in rows}
     # the bar's three functions first (all seeds), then seeds outer: a run stopped early has the
     # bar's evidence and every other function at the first seeds, not a few functions at all
@@ -261,18 +245,7 @@ def main() -> None:
         if (f, s) not in done and not args.summarise_only
     ]
     t0 = time.perf_counter()
-    if jobs:
-        from tqdm import tqdm
-
-        with (
-            mp.get_context("spawn").Pool(args.workers, maxtasksperchild=8) as pool,
-            jsonl.open("a") as fh,
-        ):
-            it = pool.imap_unordered(run_one, jobs)
-            for row in tqdm(it, total=len(jobs), desc=tag, file=sys.stderr):
-                rows.append(row)
-                fh.write(json.dumps(row) + "\n")
-                fh.flush()
+    rows += train_rows(run_one, jobs, jsonl, workers=args.workers, desc=tag)
     rows = [r for r in rows if r["function"] in functions and r["seed"] < args.seeds]
     # the command that reproduces the rows (a --summarise-only rewrite keeps the original)
     argv = [a for a in sys.argv[1:] if a not in ("--summarise-only", "--resume")]

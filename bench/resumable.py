@@ -1,0 +1,59 @@
+"""Resumable training benchmarks: one JSON row per trial, appended to a .jsonl as it finishes.
+
+``calibration.py``, ``discriminative.py`` and ``stability.py`` train many (function, seed)
+trials that take hours in all; each keeps its rows in ``bench/results/<name>.jsonl`` so a run
+stopped early keeps what finished and ``--resume`` trains only the rest. This is that machinery,
+once: reading the rows back, and a pool of one-thread worker processes that writes each row the
+moment its trial ends.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# The held-out metric that goes with each objective (``val_acc`` is chosen on, ``test_acc``
+# reported).
+TEST_OF = {"val_acc": "test_acc", "val_loss": "test_loss"}
+
+
+def earlier_rows(jsonl: Path, keep: bool) -> list[dict[str, Any]]:
+    """The rows of an earlier run when ``keep`` (``--resume``, ``--summarise-only``); otherwise
+    the file is removed, so a new run starts from nothing."""
+    if keep and jsonl.exists():
+        return [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    jsonl.unlink(missing_ok=True)
+    return []
+
+
+def train_rows(
+    run_one: Callable[[Any], dict[str, Any]],
+    jobs: list[Any],
+    jsonl: Path,
+    *,
+    workers: int,
+    desc: str,
+) -> list[dict[str, Any]]:
+    """``run_one(job)`` for every job in ``workers`` worker processes, in the order they finish;
+    each row is appended (and flushed) to ``jsonl`` as it arrives. The workers are spawned, not
+    forked: a fork of a process whose OpenMP/torch thread pools are running can deadlock."""
+    if not jobs:
+        return []
+    from tqdm import tqdm
+
+    rows = []
+    with (
+        mp.get_context("spawn").Pool(workers, maxtasksperchild=8) as pool,
+        jsonl.open("a") as fh,
+    ):
+        for row in tqdm(
+            pool.imap_unordered(run_one, jobs), total=len(jobs), desc=desc, file=sys.stderr
+        ):
+            rows.append(row)
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+    return rows

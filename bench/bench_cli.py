@@ -32,11 +32,11 @@ import sys
 import time
 from pathlib import Path
 
+from figures import save
 from machine import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's normfree, for the stored check results
-RESULTS = Path(__file__).resolve().parent / "results"
 BUDGET_S = 0.5
 CHECKED = {"": "u/(1+abs(u))", " (no division)": "tanh(u) + 0.1*u"}
 # label -> (arguments, formula whose stored check result is removed before each run, or None)
@@ -168,10 +168,7 @@ def main() -> None:
         "commands": rows,
         "first_check_cpu_s_by_stage": stages,
     }
-    RESULTS.mkdir(exist_ok=True)
-    name = "cli-quick.json" if a.quick else "cli.json"
-    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps(out))
+    save(out, "cli", a.quick)
 
 
 if __name__ == "__main__":

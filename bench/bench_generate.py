@@ -24,16 +24,15 @@ Prints one JSON object as its last line; writes bench/results/generate[-quick].j
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import sys
 import time
 from pathlib import Path
 
+from figures import save
+from machine import describe
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
 SAVED = ("duplicate", "constraint", "prescreen", "ranked_out")
@@ -144,13 +143,10 @@ def main() -> None:
             round(avoided / (avoided + sum(trial_s) + spent), 3) if avoided else None
         ),
         "best": {"name": best.name, "fitness": best.fitness} if best else None,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": describe(),
         "command": "bench/bench_generate.py" + (" --quick" if args.quick else ""),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "generate-quick.json" if args.quick else "generate.json"
-    (RESULTS / name).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out))
+    save(out, "generate", args.quick)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ Prints one JSON object as its last line and writes it to bench/results/overhead[
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from figures import save
+from machine import describe
 
 
 def _spec(proxy: str, n: int, epochs: int, tag: str):
@@ -117,13 +115,10 @@ def main() -> None:
         "trials_per_hour": round(3600 * s2.counts["COMPLETE"] / s2.wall_s, 1),
         "ray_start_s": round(ray_start_s, 2),
         "db": "sqlite",
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
+        "machine": describe(),
         "command": "bench/bench_overhead.py" + (" --quick" if args.quick else ""),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "overhead-quick.json" if args.quick else "overhead.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    save(result, "overhead", args.quick)
 
 
 if __name__ == "__main__":

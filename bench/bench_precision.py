@@ -17,38 +17,22 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import time
-from pathlib import Path
 
 import torch
+from figures import save, timed_trial
 from machine import describe
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def run(proxy: str, precision: str, max_train: int | None) -> dict:
     from normfree.specs import TrialConfig
-    from normfree.workers.trainer import parse_norm, train_trial
+    from normfree.workers.trainer import parse_norm
 
     overrides: dict = {"precision": precision}
     if max_train:
         overrides["max_train"] = max_train
     cfg = TrialConfig(proxy=proxy, norm=parse_norm("derf"), epochs=1, overrides=overrides)
-    t0, c0 = time.perf_counter(), time.process_time()
-    r = train_trial(cfg)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    sps = r.metrics.get("samples_per_s") or 0.0
-    return {
-        "precision": precision,
-        "status": r.status,
-        "train_time_s": r.train_time_s,
-        "cpu_s": cpu,
-        "wall_s": wall,
-        "samples_per_cpu_s": sps * wall / max(cpu, 1e-9),
-        "load_avg_1m": os.getloadavg()[0],
-    }
+    _, cost = timed_trial(cfg)
+    return {"precision": precision, **cost}
 
 
 def main() -> None:
@@ -72,10 +56,7 @@ def main() -> None:
         # CPU time: on a shared machine wall time also counts other processes' turns
         "bf16_over_fp32": bf16["cpu_s"] / max(fp32["cpu_s"], 1e-9),
     }
-    name = "precision-quick.json" if args.quick else "precision.json"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps(out))
+    save(out, "precision", args.quick)
 
 
 if __name__ == "__main__":

@@ -18,43 +18,27 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import time
-from pathlib import Path
 
 import torch
+from figures import save, timed_trial
 from machine import describe
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # the default screens (issue 14: a trial within 90 s on one idle core), then the previous ones
 BUDGET_S = {"vit-screen": 90.0, "dit-screen": 90.0, "vit-digits": 60.0, "dit-digits": 120.0}
 
 
 def run(proxy: str, norm: str, epochs: int | None = None) -> dict:
     from normfree.specs import TrialConfig
-    from normfree.workers.trainer import parse_norm, train_trial
+    from normfree.workers.trainer import parse_norm
 
-    load = os.getloadavg()[0]
-    t0, c0 = time.perf_counter(), time.process_time()
-    r = train_trial(TrialConfig(proxy=proxy, norm=parse_norm(norm), epochs=epochs))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    r, cost = timed_trial(TrialConfig(proxy=proxy, norm=parse_norm(norm), epochs=epochs))
     return {
         "proxy": proxy,
         "norm": norm,
         "epochs": epochs or r.config["epochs"],
-        "status": r.status,
-        "samples_per_s": r.metrics.get("samples_per_s"),
-        # samples per second of this process's CPU time (the idle-core rate on a busy machine)
-        "samples_per_cpu_s": (r.metrics.get("samples_per_s") or 0) * wall / max(cpu, 1e-9),
-        "train_time_s": r.train_time_s,
-        "wall_s": wall,
-        # one thread: CPU time is what the trial costs an idle core; wall time on a shared
-        # machine also counts the time other processes held the core
-        "cpu_s": cpu,
+        **cost,
         "objective": r.objective,
         "value": r.value,
-        "load_avg_1m": load,
     }
 
 
@@ -110,10 +94,7 @@ def main() -> None:
         "default_trials": defaults,
         "samples_per_cpu_s": {r["proxy"]: r["samples_per_cpu_s"] for r in rows},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "trial-quick.json" if args.quick else "trial.json"
-    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps(out))
+    save(out, "trial", args.quick)
 
 
 if __name__ == "__main__":

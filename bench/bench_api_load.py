@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from figures import latency_figures
+from machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -48,28 +48,6 @@ NEW = [
     ("load_ratio2", "2*u/(2+abs(u))"),
     ("load_tanh_half", "tanh(u/2)"),
 ]
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
-
-
-def summarize(latencies: list[float], errors: int) -> dict[str, float | int | None]:
-    ms = [x * 1000 for x in latencies]
-    return {
-        "count": len(ms) + errors,
-        "ok": len(ms),
-        "errors": errors,
-        "p50_ms": percentile(ms, 50),
-        "p90_ms": percentile(ms, 90),
-        "p99_ms": percentile(ms, 99),
-        "max_ms": max(ms) if ms else None,
-        "mean_ms": statistics.fmean(ms) if ms else None,
-    }
 
 
 async def drive(
@@ -137,8 +115,10 @@ async def drive(
         "requests": done,
         "requests_per_s": done / wall if wall else None,
         "hit_time_cap": time.perf_counter() > deadline,
-        "leaderboard": summarize(lat["leaderboard"], errs["leaderboard"]),
-        "submit": summarize(lat["submit"], errs["submit"]),
+        **{
+            k: latency_figures([1000 * x for x in lat[k]], errs[k])
+            for k in ("leaderboard", "submit")
+        },
         "errors": sum(errs.values()),
         "error_samples": error_samples,
     }
@@ -181,11 +161,7 @@ def main() -> None:
         "mix": "4/5 GET /api/leaderboards/vit-tiny, 1/5 POST /api/candidates",
         **result,
         "total_s": time.perf_counter() - t_start,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_avg_1m": os.getloadavg()[0],
-        },
+        "machine": describe(),
         "command": "python bench/bench_api_load.py" + (" --quick" if args.quick else ""),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -162,8 +161,7 @@ def main() -> None:
         "quick": a.quick,
         "repeat": repeat,
         "budget_s": BUDGET_S,
-        **{k: v for k, v in describe().items() if k in ("cpu", "cores")},
-        "python": platform.python_version(),
+        **{k: v for k, v in describe().items() if k in ("cpu", "cores", "python")},
         "seconds": {k: v["cpu_s"] for k, v in rows.items()},
         "commands": rows,
         "first_check_cpu_s_by_stage": stages,

@@ -36,10 +36,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import random
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,9 +44,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from figures import latency_figures, percentile, rounded
+from machine import describe
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT))  # the live-server helper shared with the tests
+sys.path.insert(0, str(ROOT))  # the live-server and seeding helpers shared with the tests
 
 PROXY = "vit-tiny"
 FUNCTIONS = [
@@ -69,7 +69,6 @@ VALUES = [round(-2 + 0.25 * i, 2) for i in range(17)]  # -2 .. 2
 GRID = {"functions": FUNCTIONS, "values": VALUES}
 QUICK_GRID = {"functions": FUNCTIONS[:2], "values": [-1.0, 0.0, 1.0]}
 SEEDS = 6
-LAYERS = ("blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2", "norm_final")
 # Submissions whose prescreen the server knows after the warm-up.
 SUBMISSIONS = [
     ("dup_tanh", "2*sigmoid(2*u)-1"),
@@ -77,31 +76,6 @@ SUBMISSIONS = [
     ("dup_isru", "u/sqrt(u**2+1)"),
     ("bench_ratio2", "2*u/(2+abs(u))"),
 ]
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
-
-
-def summarize(ms: list[float], errors: int, wall: float) -> dict[str, Any]:
-    return {
-        "count": len(ms) + errors,
-        "errors": errors,
-        "p50_ms": _r(percentile(ms, 50)),
-        "p90_ms": _r(percentile(ms, 90)),
-        "p99_ms": _r(percentile(ms, 99)),
-        "max_ms": _r(max(ms) if ms else None),
-        "mean_ms": _r(statistics.fmean(ms) if ms else None),
-        "requests_per_s": _r((len(ms) + errors) / wall if wall else None),
-    }
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)
 
 
 # -- seeding --------------------------------------------------------------------------------------
@@ -125,25 +99,15 @@ def _spec(i: int) -> Any:
 
 def synthetic(config: Any, rng: random.Random) -> Any:
     """A small result marked synthetic: 3 epochs of curves, one epoch of per-layer diagnostics."""
-    from normfree.specs import EpochRecord, LayerDiagnostic, TrialResult
+    from normfree.specs import LayerDiagnostic, TrialResult
+    from tests.api.seeding import LAYERS, synthetic_curves
 
     name = config.norm.name
     shift = 0.0
     if "(" in name:
         shift = float(name.rsplit(",", 1)[1].rstrip(")"))
     acc = 0.8 - 0.05 * abs(shift) + 0.01 * config.seed + rng.gauss(0, 0.01)
-    curves = [
-        EpochRecord(
-            epoch=e,
-            step=10 * (e + 1),
-            train_loss=2.0 - 0.4 * e,
-            val_loss=1.9 - 0.3 * e,
-            metrics={"val_acc": acc - 0.05 * (2 - e)},
-            lr=1e-3,
-            wall_time_s=0.5 * (e + 1),
-        )
-        for e in range(3)
-    ]
+    curves = synthetic_curves(acc)
     diags = [
         LayerDiagnostic(epoch=2, layer=layer, alpha=0.5 + 0.1 * i, input_std=1.0)
         for i, layer in enumerate(LAYERS)
@@ -341,7 +305,7 @@ async def drive(
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(clients)))
     wall = time.perf_counter() - t0
-    out = summarize(lat, errors, wall)
+    out = latency_figures(lat, errors, wall)
     out["hit_time_cap"] = time.perf_counter() > deadline
     if samples:
         out["error_samples"] = samples
@@ -415,12 +379,7 @@ def write_latency(url: str, sid: int, n: int, readers: Any = None) -> dict[str, 
         readers(p)
     lat = q.get(timeout=600)
     p.join(timeout=60)
-    return {
-        "writes": len(lat),
-        "p50_ms": _r(percentile(lat, 50)),
-        "p99_ms": _r(percentile(lat, 99)),
-        "max_ms": _r(max(lat) if lat else None),
-    }
+    return {"writes": len(lat), **latency_figures(lat, 0)}
 
 
 def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
@@ -454,17 +413,19 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
                 assert status == 200, (path, status)
                 return (time.perf_counter() - t) * 1000
 
-            cold["leaderboard_first_ms"] = _r(await timed(f"/api/leaderboards/{PROXY}"))
+            cold["leaderboard_first_ms"] = rounded(await timed(f"/api/leaderboards/{PROXY}"))
             summaries, pages = [], []
             for sid in info["study_ids"]:
                 summaries.append(await timed(f"/api/studies/{sid}?trials=false"))
                 pages.append(await timed(f"/studies/{sid}"))
-            cold["study_summary_first_ms_p50"] = _r(percentile(summaries, 50))
-            cold["study_summary_first_ms_max"] = _r(max(summaries))
-            cold["study_page_first_ms_p50"] = _r(percentile(pages, 50))
-            cold["study_page_first_ms_max"] = _r(max(pages))
+            cold["study_summary_first_ms_p50"] = rounded(percentile(summaries, 50))
+            cold["study_summary_first_ms_max"] = rounded(max(summaries))
+            cold["study_page_first_ms_p50"] = rounded(percentile(pages, 50))
+            cold["study_page_first_ms_max"] = rounded(max(pages))
             # a filtered board waits for every function's analysis (api.enrich)
-            cold["analyses_ms"] = _r(await timed(f"/api/leaderboards/{PROXY}?property=bounded"))
+            cold["analyses_ms"] = rounded(
+                await timed(f"/api/leaderboards/{PROXY}?property=bounded")
+            )
             for name, make in eps.items():
                 for i in range(len(SUBMISSIONS) if name == "submit" else 1):
                     m, path, body, _ok = make(i)
@@ -625,12 +586,7 @@ def main() -> None:
         "(worker=synthetic-bench), written through the repository",
         "runs": runs,
         "total_s": round(time.perf_counter() - t_start, 1),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "cpu": _cpu(),
-            "python": platform.python_version(),
-            "load_avg_1m": os.getloadavg()[0],
-        },
+        "machine": describe(),
         "command": "python bench/bench_read_scale.py " + " ".join(sys.argv[1:]),
     }
     path = args.out or RESULTS / ("read_scale_quick.json" if args.quick else "read_scale.json")
@@ -647,29 +603,14 @@ def _ratios(per_scale: dict[str, Any], scales: list[int]) -> dict[str, Any]:
     for name, a in lo["endpoints"].items():
         b = hi["endpoints"].get(name, {})
         out[name] = {
-            k: _r(b[k] / a[k]) if a.get(k) and b.get(k) else None for k in ("p50_ms", "p99_ms")
+            k: rounded(b[k] / a[k]) if a.get(k) and b.get(k) else None for k in ("p50_ms", "p99_ms")
         }
     for k in ("write_alone", "write_under_readers"):
         out[k] = {
-            q: _r(hi[k][q] / lo[k][q]) if lo[k].get(q) and hi[k].get(q) else None
+            q: rounded(hi[k][q] / lo[k][q]) if lo[k].get(q) and hi[k].get(q) else None
             for q in ("p50_ms", "p99_ms")
         }
     return out
-
-
-def _cpu() -> str:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        return next(
-            (
-                ln.split(":", 1)[1].strip()
-                for ln in text.splitlines()
-                if ln.startswith("Model name")
-            ),
-            platform.processor(),
-        )
-    except (OSError, subprocess.SubprocessError):
-        return platform.processor()
 
 
 if __name__ == "__main__":

@@ -46,3 +46,33 @@ def save(result: dict[str, Any], name: str, quick: bool) -> Path:
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
     return path
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    """The ``q``-th percentile of ``xs`` (nearest rank; None for no values)."""
+    if not xs:
+        return None
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+def latency_figures(ms: list[float], errors: int, wall: float | None = None) -> dict[str, Any]:
+    """Count, errors and the latency percentiles of one endpoint's successful requests (``ms``,
+    milliseconds), rounded to 0.01 ms; with ``wall`` (seconds) also the request rate."""
+    out = {
+        "count": len(ms) + errors,
+        "ok": len(ms),
+        "errors": errors,
+        **{f"p{q}_ms": rounded(percentile(ms, q)) for q in (50, 90, 99)},
+        "max_ms": rounded(max(ms) if ms else None),
+        "mean_ms": rounded(sum(ms) / len(ms) if ms else None),
+    }
+    if wall is not None:
+        out["requests_per_s"] = rounded((len(ms) + errors) / wall if wall else None)
+    return out
+
+
+def rounded(x: float | None) -> float | None:
+    """``x`` to two decimals (milliseconds to 0.01 ms); None stays None."""
+    return None if x is None else round(x, 2)

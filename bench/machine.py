@@ -16,7 +16,8 @@ FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 def describe() -> dict[str, Any]:
-    """CPU model, core count, the vector flags that decide bf16/fp32 speed, and the load."""
+    """CPU model, core count, the vector flags that decide bf16/fp32 speed, the load and the
+    Python version."""
     model, flags = platform.processor() or "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -32,6 +33,7 @@ def describe() -> dict[str, Any]:
         "flags": sorted(f for f in FLAGS if f in flags),
         "bf16_native": "avx512_bf16" in flags or "amx_bf16" in flags,
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
     }
 
 

@@ -43,11 +43,10 @@ class Seeded:
     diverged_trial_ids: list[int]
 
 
-def synthetic_result(function: str, value: float | None, seed: int, diverged: bool) -> TrialResult:
-    base = {"erf": 0.80, "tanh": 0.78, "layernorm": 0.85}.get(function, 0.7)
-    v = 0.0 if value is None else value
-    acc = base - 0.06 * abs(v) - 0.02 * v + 0.01 * (seed - 0.5)
-    curves = [
+def synthetic_curves(acc: float) -> list[EpochRecord]:
+    """Three epochs of falling losses and a validation accuracy rising to ``acc`` (also the
+    read-scale benchmark's synthetic trials)."""
+    return [
         EpochRecord(
             epoch=e,
             step=10 * (e + 1),
@@ -59,6 +58,13 @@ def synthetic_result(function: str, value: float | None, seed: int, diverged: bo
         )
         for e in range(3)
     ]
+
+
+def synthetic_result(function: str, value: float | None, seed: int, diverged: bool) -> TrialResult:
+    base = {"erf": 0.80, "tanh": 0.78, "layernorm": 0.85}.get(function, 0.7)
+    v = 0.0 if value is None else value
+    acc = base - 0.06 * abs(v) - 0.02 * v + 0.01 * (seed - 0.5)
+    curves = synthetic_curves(acc)
     diagnostics = [
         LayerDiagnostic(
             epoch=e,

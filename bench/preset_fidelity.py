@@ -34,7 +34,7 @@ SOURCES = ("calibration-*.jsonl", "discriminative-*.jsonl", "stability-*.jsonl")
 def _trial(row: dict[str, Any]) -> tuple[str, Any] | None:
     """(proxy, ProxyTrial) of one benchmark row, or None when its function is not resolvable."""
     from normfree.fidelity.reference import norm_cell_key
-    from normfree.fidelity.report import ProxyTrial
+    from normfree.fidelity.report import ProxyTrial, fd_score
     from normfree.specs import NormSpec
     from normfree.storage.references import arm_label
     from normfree.workers.proxies import PROXIES
@@ -57,7 +57,6 @@ def _trial(row: dict[str, Any]) -> tuple[str, Any] | None:
     cell = norm_cell_key(norm)
     if cell is None:
         return None
-    fd = next((float(v) for k, v in metrics.items() if k.startswith("fd_")), None)
     preset = PROXIES[proxy]
     return proxy, ProxyTrial(
         cell=cell,
@@ -67,7 +66,7 @@ def _trial(row: dict[str, Any]) -> tuple[str, Any] | None:
         objective=None if status == "diverged" else value,
         objective_direction=preset.direction,
         eval_train_loss=etl,
-        fd=fd,
+        fd=fd_score(metrics),
     )
 
 

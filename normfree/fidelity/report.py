@@ -54,6 +54,12 @@ class ProxyTrial:
     fd: float | None = None  # the sample-quality score (fd_<dataset>_clf) when measured
 
 
+def fd_score(metrics: dict[str, Any] | None) -> float | None:
+    """A trial's sample-quality score (:attr:`ProxyTrial.fd`) from its metrics: the ``fd_*``
+    metric its preset measures (one at most), None when it measured none."""
+    return next((float(v) for k, v in (metrics or {}).items() if k.startswith("fd_")), None)
+
+
 @dataclass
 class _Cell:
     label: str

@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from normfree.fidelity.published import NAME as BUILTIN_NAME
 from normfree.fidelity.published import published
 from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, cell_key, norm_cell_key
-from normfree.fidelity.report import ProxyTrial
+from normfree.fidelity.report import ProxyTrial, fd_score
 from normfree.specs import TRAINED_STATUSES, NormSpec, TrialConfig
 from normfree.storage.db import Database
 from normfree.storage.models import ReferenceEntryRow, ReferenceSetRow, TrialRow
@@ -303,10 +303,6 @@ class ReferenceStore:
                     .order_by(TrialRow.finished_at, TrialRow.id)
                 )
                 for arm, norm, seed, status, value, direction, etl, metrics in rows:
-                    fd = next(
-                        (float(v) for k, v in (metrics or {}).items() if k.startswith("fd_")),
-                        None,
-                    )
                     out.append(
                         ProxyTrial(
                             cell=cells[arm],
@@ -316,7 +312,7 @@ class ReferenceStore:
                             objective=value,
                             objective_direction=direction or "maximize",
                             eval_train_loss=etl,
-                            fd=fd,
+                            fd=fd_score(metrics),
                         )
                     )
         return out, {

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from normfree.fidelity.reference import build_set, norm_cell_key
-from normfree.fidelity.report import ProxyTrial, build_report, headline, setting_report
+from normfree.fidelity.report import ProxyTrial, build_report, fd_score, headline, setting_report
 
 ROW = {"setting": "S", "family": "vit", "metric": "accuracy", "direction": "maximize"}
 
@@ -96,22 +96,18 @@ def test_bootstrap_interval_brackets_the_estimate_and_is_repeatable(case: dict) 
     (s,) = case["settings"]
     lo, hi = s["spearman_ci"]
     assert lo is not None and lo <= s["spearman"] <= hi <= 1.0
-    again = build_report(
-        _set([_row("layernorm", 82.3), _row("tanh", 82.5), _row("derf", 82.8)]),
-        _trials({"name": "layernorm"}, "ln", [0.8, 0.9, 0.7])
-        + _trials({"name": "tanh"}, "tanh", [0.85, 0.8, 0.75])
-        + _trials({"name": "derf"}, "derf", [0.9, 0.95, 0.6]),
-        family="vit",
-        n_boot=200,
-    )
-    twice = build_report(
-        _set([_row("layernorm", 82.3), _row("tanh", 82.5), _row("derf", 82.8)]),
-        _trials({"name": "layernorm"}, "ln", [0.8, 0.9, 0.7])
-        + _trials({"name": "tanh"}, "tanh", [0.85, 0.8, 0.75])
-        + _trials({"name": "derf"}, "derf", [0.9, 0.95, 0.6]),
-        family="vit",
-        n_boot=200,
-    )
+
+    def noisy() -> dict:
+        return build_report(
+            _set([_row("layernorm", 82.3), _row("tanh", 82.5), _row("derf", 82.8)]),
+            _trials({"name": "layernorm"}, "ln", [0.8, 0.9, 0.7])
+            + _trials({"name": "tanh"}, "tanh", [0.85, 0.8, 0.75])
+            + _trials({"name": "derf"}, "derf", [0.9, 0.95, 0.6]),
+            family="vit",
+            n_boot=200,
+        )
+
+    again, twice = noisy(), noisy()
     assert again["settings"][0]["spearman_ci"] == twice["settings"][0]["spearman_ci"]
     # noisy seeds: the interval is wide (resampling reorders the cells)
     lo2, hi2 = again["settings"][0]["spearman_ci"]
@@ -166,3 +162,8 @@ def test_train_loss_rows_read_the_eval_mode_train_loss() -> None:
     s = setting_report(ref.rows, trials, n_boot=0)
     assert s["proxy_metric"] == "eval_train_loss"
     assert s["spearman"] == pytest.approx(1.0) and s["pairs_agree"] == 3
+
+
+def test_fd_score_is_the_fd_metric_when_there_is_one() -> None:
+    assert fd_score({"val_loss": 1.2, "fd_digits_clf": 3}) == 3.0
+    assert fd_score({"val_loss": 1.2}) is None and fd_score(None) is None

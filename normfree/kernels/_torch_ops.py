@@ -131,8 +131,9 @@ def backward_fused(
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """The backward as ``torch.compile`` fuses it into ONE pass over ``[M, D]`` views of x, dy.
 
-    Returns (dx, row sums of g*x, row sums of g or g itself, h = dy * f(u) or None). Every
-    reduction here runs along the contiguous last dimension, the one shape of reduction that
+    Returns (dx, row sums of g*x, row sums of g or g itself, h = dy * f(u) or None): the
+    pointwise half (:func:`backward_pointwise`, traced into the same graph) and the row sums.
+    Every reduction here runs along the contiguous last dimension, the one shape of reduction that
     inductor's C++ backend fuses with the elementwise outputs it shares a loop with: one loop
     reads x and dy, recomputes u, f, f', stores dx and h and keeps the two row sums in registers.
     The column sums (d_gamma, d_beta, per-channel d_s) are left to ATen over h and dy on the
@@ -140,15 +141,9 @@ def backward_fused(
     g and walks it again), which measured ~15% slower for the whole backward than this split
     (bench/bench_kernels_cpu.py; the blocked variant it replaces: dx and [M/64, D] partials).
     """
-    ct = compute_dtype(x.dtype)
-    a = alpha.to(ct)
-    xc = x.to(ct)
-    dyc = dy.to(ct)
-    fu, dfu = f_and_df(shifted(xc, a, s))
-    g = dyc * dfu if gamma is None else dyc * gamma.to(ct) * dfu
-    h = dyc * fu if gamma is not None else None
+    dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
     g_out = g if s is not None and s_per_channel else g.sum(-1)
-    return g * a, (g * xc).sum(-1), g_out, h
+    return dx, (g * x.to(g.dtype)).sum(-1), g_out, h
 
 
 def finish_fused(

@@ -27,6 +27,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from normfree.workers.localray import descendants
+
+# The ports a node listens on, each given a free one: two nodes on one machine must not collide.
+PORT_FLAGS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+)
+
 
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports free right now on 127.0.0.1 (held open together while picked)."""
@@ -40,25 +52,6 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process under ``pid`` (children, grandchildren, ...), read from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
 
 
 def proc_title(pid: int) -> str:
@@ -155,7 +148,7 @@ class LocalRayCluster:
         self, name: str, args: list[str], env: dict[str, str], timeout: float
     ) -> RayNode | str:
         log = self.root / f"{name}.log"
-        ports = free_ports(7)
+        ports = free_ports(len(PORT_FLAGS))
         cmd = [
             str(Path(sys.executable).parent / "ray"),
             "start",
@@ -169,18 +162,7 @@ class LocalRayCluster:
             "--disable-usage-stats",
             "--node-ip-address",
             "127.0.0.1",
-            "--node-manager-port",
-            str(ports[1]),
-            "--object-manager-port",
-            str(ports[2]),
-            "--dashboard-agent-listen-port",
-            str(ports[3]),
-            "--dashboard-agent-grpc-port",
-            str(ports[4]),
-            "--runtime-env-agent-port",
-            str(ports[5]),
-            "--metrics-export-port",
-            str(ports[6]),
+            *(a for flag, port in zip(PORT_FLAGS, ports, strict=True) for a in (flag, str(port))),
             *args,
         ]
         with open(log, "wb") as out:

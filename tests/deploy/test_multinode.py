@@ -32,7 +32,7 @@ from normfree.specs import StudySpec
 from normfree.workers.driver import create_study, optuna_study_name
 from normfree.workers.execution import TrialStore
 from tests.deploy.localray import LocalRayCluster, RayNode
-from tests.workers.engine_support import drop_optuna_database
+from tests.workers.engine_support import driver_process, drop_optuna_database, mid_trial
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -134,20 +134,12 @@ def test_study_survives_losing_a_node(
         NORMFREE_LEASE_SECONDS="10",
         NORMFREE_MAX_ATTEMPTS="3",
     )
-    code = "from normfree.cli import main; main()"
-    driver = subprocess.Popen(
-        [sys.executable, "-c", code, "study", "run", str(study_id), "--json", "--parallel", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    driver = driver_process(study_id, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         # Kill node 2 while one of its workers is inside a trial that has reported an epoch.
         def node2_mid_trial() -> list[int]:
             busy = node2.busy_workers(TASK)
-            running = store.repo.list_trials(study_id, status="RUNNING")
-            started = any(store.repo.get_trial(r["id"])["curves"] for r in running)
+            started = mid_trial(store, study_id)
             head.refresh()
             return busy if busy and started else []
 

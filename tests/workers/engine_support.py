@@ -6,12 +6,17 @@ runs), ended with ``ray.shutdown()`` (never ``ray stop``: that kills every Ray o
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from normfree.settings import Settings
+
+if TYPE_CHECKING:
+    from normfree.workers.execution import TrialStore
 
 
 def engine_settings(database_url: str, **kw: Any) -> Settings:
@@ -25,6 +30,26 @@ def engine_settings(database_url: str, **kw: Any) -> Settings:
     }
     base.update(kw)
     return Settings(**base)
+
+
+def driver_process(study_id: int, env: dict[str, str], **popen: Any) -> subprocess.Popen:
+    """``normfree study run ID --parallel 2`` as a process of its own, to be killed mid-study.
+
+    In a new session, so that a test can signal the driver without its own process group.
+    """
+    code = "from normfree.cli import main; main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, "study", "run", str(study_id), "--json", "--parallel", "2"],
+        env=env,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def mid_trial(store: TrialStore, study_id: int) -> bool:
+    """A RUNNING trial of the study has recorded an epoch: mid-study and mid-trial."""
+    rows = store.repo.list_trials(study_id, status="RUNNING")
+    return any(store.repo.get_trial(r["id"])["curves"] for r in rows)
 
 
 def ray_cluster() -> Iterator[None]:

@@ -10,20 +10,21 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import optuna
 import pytest
 
+from normfree.settings import Settings
 from normfree.specs import StudySpec
 from normfree.workers import localray
 from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
 from normfree.workers.execution import TrialStore
-from tests.workers.engine_support import engine_settings, ray_cluster
+from tests.workers.engine_support import driver_process, engine_settings, mid_trial, ray_cluster
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,6 +52,27 @@ def _wait_for(pred, timeout: float = 120.0, every: float = 0.1):
             return value
         time.sleep(every)
     raise AssertionError("condition not reached in time")
+
+
+class _Running(NamedTuple):
+    settings: Settings
+    study_id: int
+    store: TrialStore
+    thread: threading.Thread
+    out: list  # receives the driver's summary when it returns
+
+
+def _run_in_thread(tmp_path: Path, spec: StudySpec) -> _Running:
+    """A study on a fresh SQLite database, its driver started in a thread."""
+    url = f"sqlite:///{tmp_path / 'nf.db'}"
+    settings = engine_settings(url)
+    study_id = create_study(spec, settings=settings)
+    out: list = []
+    thread = threading.Thread(
+        target=lambda: out.append(StudyDriver(study_id, settings=settings).run()), daemon=True
+    )
+    thread.start()
+    return _Running(settings, study_id, TrialStore(url), thread, out)
 
 
 def _assert_nothing_lost_or_duplicated(store: TrialStore, study_id: int, n: int) -> None:
@@ -135,23 +157,6 @@ def test_worker_killed_every_attempt_fails_with_reason(tmp_path: Path) -> None:
     assert "attempt 2" in row["error"] and "Worker" in row["error"]
 
 
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
-
-
 def test_driver_killed_mid_study_resumes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'nf.db'}"
     lease = 3.0
@@ -167,26 +172,17 @@ def test_driver_killed_mid_study_resumes(tmp_path: Path) -> None:
         "NORMFREE_DATABASE_URL": url,
         "NORMFREE_RAY_ADDRESS": localray.address(),
     }
-    code = "from normfree.cli import main; main()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "study", "run", str(study_id), "--json", "--parallel", "2"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = driver_process(study_id, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     family: set[int] = set()
     try:
 
         def midway() -> bool:
-            # Mid-study and mid-trial: a RUNNING trial has recorded an epoch.
-            family.update(_descendants(proc.pid))
-            rows = store.repo.list_trials(study_id, status="RUNNING")
-            return any(store.repo.get_trial(r["id"])["curves"] for r in rows)
+            family.update(localray.descendants(proc.pid))
+            return mid_trial(store, study_id)
 
         _wait_for(midway, timeout=180)
         running = {t["id"] for t in store.repo.list_trials(study_id, status="RUNNING")}
-        family.update(_descendants(proc.pid))
+        family.update(localray.descendants(proc.pid))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         # The new driver finds the dead one's RUNNING trials, waits out their leases, requeues.
@@ -206,21 +202,11 @@ def test_driver_killed_mid_study_resumes(tmp_path: Path) -> None:
 
 
 def test_pause_stops_running_trials_uncharged_and_resume_finishes(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'nf.db'}"
-    settings = engine_settings(url)
-    study_id = create_study(_spec(n_functions=2, epochs=8), settings=settings)
-    store = TrialStore(url)
-    out: list = []
-    thread = threading.Thread(
-        target=lambda: out.append(StudyDriver(study_id, settings=settings).run()), daemon=True
+    settings, study_id, store, thread, out = _run_in_thread(
+        tmp_path, _spec(n_functions=2, epochs=8)
     )
-    thread.start()
 
-    def one_epoch_in() -> bool:
-        rows = store.repo.list_trials(study_id, status="RUNNING")
-        return any(store.repo.get_trial(r["id"])["curves"] for r in rows)
-
-    _wait_for(one_epoch_in)
+    _wait_for(lambda: mid_trial(store, study_id))
     store.repo.set_study_status(study_id, "paused")
     thread.join(timeout=120)
     assert out and out[0].status == "paused"
@@ -238,15 +224,9 @@ def test_pause_stops_running_trials_uncharged_and_resume_finishes(tmp_path: Path
 
 
 def test_cancel_stops_running_and_drops_waiting(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'nf.db'}"
-    settings = engine_settings(url)
-    study_id = create_study(_spec(n_functions=5, epochs=20), settings=settings)
-    store = TrialStore(url)
-    out: list = []
-    thread = threading.Thread(
-        target=lambda: out.append(StudyDriver(study_id, settings=settings).run()), daemon=True
+    settings, study_id, store, thread, out = _run_in_thread(
+        tmp_path, _spec(n_functions=5, epochs=20)
     )
-    thread.start()
     _wait_for(lambda: store.repo.study_progress(study_id)["counts"]["RUNNING"] >= 1)
     store.repo.set_study_status(study_id, "cancelled")
     assert store.repo.cancel_waiting(study_id) >= 1

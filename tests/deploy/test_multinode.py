@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,12 @@ from normfree.specs import StudySpec
 from normfree.workers.driver import create_study, optuna_study_name
 from normfree.workers.execution import TrialStore
 from tests.deploy.localray import LocalRayCluster, RayNode
-from tests.workers.engine_support import driver_process, drop_optuna_database, mid_trial
+from tests.workers.engine_support import (
+    driver_process,
+    drop_optuna_database,
+    mid_trial,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -65,16 +69,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
 def pg_url(postgres_database_url: str) -> Iterator[str]:
     yield postgres_database_url
     drop_optuna_database(postgres_database_url)
-
-
-def _wait_for(pred: Any, timeout: float, what: str, every: float = 0.1) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _assert_complete_once(store: TrialStore, study_id: int, n: int, epochs: int) -> list[dict]:
@@ -143,7 +137,7 @@ def test_study_survives_losing_a_node(
             head.refresh()
             return busy if busy and started else []
 
-        victims = _wait_for(node2_mid_trial, 150, "a trial running on node 2")
+        victims = wait_for(node2_mid_trial, 150, "a trial running on node 2")
         node2_pids = set(node2.refresh())
         node2.kill()
         out, err = driver.communicate(timeout=180)
@@ -226,11 +220,7 @@ def test_study_as_ray_job_is_idempotent(
     assert runner.is_active(study_id)
 
     # Lose the driver mid-study: stop the job once a trial has reported an epoch.
-    def mid_study() -> bool:
-        running = store.repo.list_trials(study_id, status="RUNNING")
-        return any(store.repo.get_trial(r["id"])["curves"] for r in running)
-
-    _wait_for(mid_study, 150, "the job's first trial to report an epoch")
+    wait_for(lambda: mid_trial(store, study_id), 150, "the job's first trial to report an epoch")
     assert stop_study_job(study_id, **kw)
     assert study_job(study_id, **kw).status == "STOPPED"
     assert store.repo.get_study(study_id)["status"] != "complete"

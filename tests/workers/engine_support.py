@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -44,6 +45,19 @@ def driver_process(study_id: int, env: dict[str, str], **popen: Any) -> subproce
         start_new_session=True,
         **popen,
     )
+
+
+def wait_for(
+    pred: Callable[[], Any], timeout: float = 120.0, what: str = "the condition", every: float = 0.1
+) -> Any:
+    """Poll ``pred`` until it returns something truthy (returned), for at most ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def mid_trial(store: TrialStore, study_id: int) -> bool:

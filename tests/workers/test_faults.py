@@ -24,7 +24,13 @@ from normfree.specs import StudySpec
 from normfree.workers import localray
 from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
 from normfree.workers.execution import TrialStore
-from tests.workers.engine_support import driver_process, engine_settings, mid_trial, ray_cluster
+from tests.workers.engine_support import (
+    driver_process,
+    engine_settings,
+    mid_trial,
+    ray_cluster,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,16 +48,6 @@ def _spec(n_functions: int = 3, epochs: int = 3, seeds: int = 1) -> StudySpec:
         options={"alpha0": [0.5]},
         epochs=epochs,
     )
-
-
-def _wait_for(pred, timeout: float = 120.0, every: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError("condition not reached in time")
 
 
 class _Running(NamedTuple):
@@ -109,7 +105,7 @@ def test_worker_killed_mid_trial_is_retried(tmp_path: Path) -> None:
                     return tid, int(f.read_text())
             return None
 
-        tid, pid = _wait_for(running_with_epoch, every=0.02)
+        tid, pid = wait_for(running_with_epoch, every=0.02)
         os.kill(pid, signal.SIGKILL)
         killed.update(trial=tid, pid=pid)
 
@@ -180,7 +176,7 @@ def test_driver_killed_mid_study_resumes(tmp_path: Path) -> None:
             family.update(localray.descendants(proc.pid))
             return mid_trial(store, study_id)
 
-        _wait_for(midway, timeout=180)
+        wait_for(midway, timeout=180)
         running = {t["id"] for t in store.repo.list_trials(study_id, status="RUNNING")}
         family.update(localray.descendants(proc.pid))
         proc.send_signal(signal.SIGKILL)
@@ -206,7 +202,7 @@ def test_pause_stops_running_trials_uncharged_and_resume_finishes(tmp_path: Path
         tmp_path, _spec(n_functions=2, epochs=8)
     )
 
-    _wait_for(lambda: mid_trial(store, study_id))
+    wait_for(lambda: mid_trial(store, study_id))
     store.repo.set_study_status(study_id, "paused")
     thread.join(timeout=120)
     assert out and out[0].status == "paused"
@@ -227,7 +223,7 @@ def test_cancel_stops_running_and_drops_waiting(tmp_path: Path) -> None:
     settings, study_id, store, thread, out = _run_in_thread(
         tmp_path, _spec(n_functions=5, epochs=20)
     )
-    _wait_for(lambda: store.repo.study_progress(study_id)["counts"]["RUNNING"] >= 1)
+    wait_for(lambda: store.repo.study_progress(study_id)["counts"]["RUNNING"] >= 1)
     store.repo.set_study_status(study_id, "cancelled")
     assert store.repo.cancel_waiting(study_id) >= 1
     thread.join(timeout=120)

@@ -18,12 +18,28 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from normfree.api.errors import ApiError
 from normfree.api.services import ServiceState
 from normfree.settings import Settings
+
+# The path and query parameters several routes (JSON and pages) take, defined once so that each
+# is validated the same way everywhere.
+MAX_ID = 2**31 - 1  # the database's 32-bit integer keys
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
+StudyIdQuery = Annotated[int | None, Query(ge=1, le=MAX_ID)]
+GroupQuery = Annotated[str | None, Query(max_length=100)]
+PropertyQuery = Annotated[
+    list[str] | None,
+    Query(
+        alias="property",
+        max_length=10,
+        description="Repeatable. 'bounded' (the property holds) or 'name=value', e.g. "
+        "'monotone=increasing'.",
+    ),
+]
 
 # auto_error=False: we answer missing credentials ourselves, with our error body and a hint.
 bearer = HTTPBearer(

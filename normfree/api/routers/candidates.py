@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
 
 from normfree.api import cache, prescreens, reads, security, services
-from normfree.api.deps import Reader, StateDep, Writer
+from normfree.api.deps import GroupQuery, PropertyQuery, Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
     CandidateCreate,
@@ -25,15 +25,6 @@ _ERRORS = {
     401: {"model": ErrorBody, "description": "No bearer token."},
     403: {"model": ErrorBody, "description": "Unknown or revoked token."},
 }
-PropertyFilter = Annotated[
-    list[str] | None,
-    Query(
-        alias="property",
-        max_length=10,
-        description="Repeatable. 'bounded' (the property holds) or 'name=value', e.g. "
-        "'monotone=increasing'.",
-    ),
-]
 
 
 class CandidateDetail(CandidatePublic):
@@ -86,8 +77,8 @@ def list_candidates(
     request: Request,
     state: StateDep,
     _reader: Reader,
-    group: Annotated[str | None, Query(max_length=100)] = None,
-    properties: PropertyFilter = None,
+    group: GroupQuery = None,
+    properties: PropertyQuery = None,
     source: Literal["catalog", "user"] | None = None,
     q: Annotated[str | None, Query(max_length=100, description="Name contains.")] = None,
 ) -> Response:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from normfree.api import fidelity
-from normfree.api.deps import Reader, StateDep
+from normfree.api.deps import Reader, StateDep, StudyIdQuery
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import FidelityReport
 
@@ -19,7 +19,7 @@ def get_fidelity(
     state: StateDep,
     _reader: Reader,
     proxy: Annotated[str | None, Query(max_length=100, examples=["vit-screen"])] = None,
-    study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    study_id: StudyIdQuery = None,
     reference: Annotated[str, Query(max_length=100)] = "published",
 ) -> FidelityReport:
     """Compare ``proxy`` (trials run in its preset setting) or study ``study_id`` with a

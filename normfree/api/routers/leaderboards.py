@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from normfree.api import cache, reads
-from normfree.api.deps import Reader, StateDep
+from normfree.api.deps import GroupQuery, PropertyQuery, Reader, StateDep, StudyIdQuery
 from normfree.api.errors import ErrorBody
-from normfree.api.routers.candidates import PropertyFilter
 from normfree.api.schemas import LeaderboardPublic
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"])
@@ -21,9 +20,9 @@ def get_leaderboard(
     state: StateDep,
     _reader: Reader,
     proxy: Annotated[str, Path(max_length=100, examples=["vit-screen"])],
-    group: Annotated[str | None, Query(max_length=100)] = None,
-    properties: PropertyFilter = None,
-    study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    group: GroupQuery = None,
+    properties: PropertyQuery = None,
+    study_id: StudyIdQuery = None,
 ) -> Response:
     """Arms of ``proxy`` ranked by the pessimistic end of their 95% t interval (one lucky seed
     cannot top the board), with diverged counts, Welch's test against the best, and the paired

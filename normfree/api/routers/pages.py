@@ -18,14 +18,20 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from normfree.api import cache, fidelity, plots, prescreens, reads, security, services
-from normfree.api.deps import Reader, StateDep, check_token
+from normfree.api.deps import (
+    GroupQuery,
+    IdPath,
+    PropertyQuery,
+    Reader,
+    StateDep,
+    StudyIdQuery,
+    check_token,
+)
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.schemas import CandidateCreate
 
 router = APIRouter(include_in_schema=False)
 
-IdPath = Annotated[int, Path(ge=1, le=2**31 - 1)]
-PropertyQuery = Annotated[list[str] | None, Query(alias="property", max_length=10)]
 
 # Properties shown as badges, in this order, when the candidate has them (flattened names).
 _BADGE_ORDER = ("zero_centred", "odd", "bounded", "monotone", "smooth", "differentiable")
@@ -78,7 +84,7 @@ def page_leaderboard(
     state: StateDep,
     _reader: Reader,
     proxy: Annotated[str | None, Query(max_length=100)] = None,
-    group: Annotated[str | None, Query(max_length=100)] = None,
+    group: GroupQuery = None,
     properties: PropertyQuery = None,
 ) -> Response:
     """The leaderboard of one proxy (default: the first with results); cached like its JSON."""
@@ -122,7 +128,7 @@ def page_candidates(
     request: Request,
     state: StateDep,
     _reader: Reader,
-    group: Annotated[str | None, Query(max_length=100)] = None,
+    group: GroupQuery = None,
     properties: PropertyQuery = None,
 ) -> Response:
     listing = reads.candidates(
@@ -247,7 +253,7 @@ def page_fidelity(
     state: StateDep,
     _reader: Reader,
     proxy: Annotated[str | None, Query(max_length=100)] = None,
-    study_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    study_id: StudyIdQuery = None,
     reference: Annotated[str, Query(max_length=100)] = "published",
 ) -> Response:
     """A proxy's (or study's) fidelity to a reference set: per setting, proxy vs reference

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from normfree.api import cache, reads, services
-from normfree.api.deps import Reader, StateDep, Writer
+from normfree.api.deps import IdPath, Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
 from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
-StudyId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 _AUTH = {
     401: {"model": ErrorBody, "description": "No bearer token."},
     403: {"model": ErrorBody, "description": "Unknown or revoked token."},
@@ -50,7 +49,7 @@ def get_study(
     request: Request,
     state: StateDep,
     _reader: Reader,
-    study_id: StudyId,
+    study_id: IdPath,
     trials: Annotated[
         bool,
         Query(
@@ -78,7 +77,7 @@ def get_study(
 def list_study_trials(
     state: StateDep,
     _reader: Reader,
-    study_id: StudyId,
+    study_id: IdPath,
     limit: Annotated[int, Query(ge=1, le=1000, description="Trials per page.")] = 100,
     cursor: Annotated[
         str | None, Query(max_length=20, description="next_cursor of the previous page.")
@@ -97,7 +96,7 @@ def list_study_trials(
 
 
 def _control(action: str):
-    def route(state: StateDep, _who: Writer, study_id: StudyId) -> StudyPublic:
+    def route(state: StateDep, _who: Writer, study_id: IdPath) -> StudyPublic:
         return services.control_study(state, study_id, action)
 
     route.__name__ = f"{action}_study"

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from normfree.api import cache, reads, security, services
-from normfree.api.deps import Reader, StateDep
+from normfree.api.deps import IdPath, Reader, StateDep
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import TrialPublic
 
 router = APIRouter(prefix="/trials", tags=["trials"])
 
-TrialId = Annotated[int, Path(ge=1, le=2**31 - 1)]
-
 
 @router.get("/{trial_id}", response_model=TrialPublic, responses={404: {"model": ErrorBody}})
-def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: TrialId) -> Response:
+def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
     """A trial's config, status, final metrics, per-epoch curves and per-layer diagnostics.
 
     Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304).

@@ -17,7 +17,9 @@ TrialId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 @router.get("/{trial_id}", response_model=TrialPublic, responses={404: {"model": ErrorBody}})
-def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: TrialId) -> Response:
+async def get_trial(
+    request: Request, state: StateDep, _reader: Reader, trial_id: TrialId
+) -> Response:
     """A trial's config, status, final metrics, per-epoch curves and per-layer diagnostics.
 
     Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304).
@@ -27,7 +29,7 @@ def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: Tria
     private = security.is_token_holder(request)
     if private:  # a different body: a different ETag
         key = (("private", key[0]), key[1])
-    return cache.respond(
+    return await cache.serve(
         request,
         state.cache,
         key,

@@ -35,7 +35,7 @@ bearer = HTTPBearer(
 
 # The dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in
 # its thread pool, and on a cached read those hand-offs (one per dependency) cost more server
-# time than the read itself (bench/bench_read_scale.py; profile in docs/architecture.md).
+# time than the read itself (profile in bench/results/read_scale.md).
 
 
 async def get_state(request: Request) -> ServiceState:

@@ -219,6 +219,38 @@ def reused_rows(
     return out
 
 
+def rescore(path: Path, source: str, proxy: str) -> list[dict]:
+    """``source``'s rows as ``proxy``'s: the same runs ranked by a heldout objective
+    (normfree.workers.rescore); marked with ``rescored_from``."""
+    from normfree.workers.proxies import PROXIES
+    from normfree.workers.rescore import check_rescorable, rescored_metrics
+
+    try:
+        sizes = check_rescorable(source, proxy)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    objective = PROXIES[proxy].objective
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        m = rescored_metrics(r.get("metrics") or {}, sizes)
+        value = m.get(objective) if r["status"] == "complete" else None
+        out.append(
+            {
+                **r,
+                "proxy": proxy,
+                "objective": objective,
+                "value": value,
+                "metrics": m,
+                "test": None,  # the test split is part of a heldout objective
+                "rescored_from": source,
+            }
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--proxy", default="vit-digits")
@@ -233,6 +265,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--summarise-only", action="store_true", help="rewrite the table from the .jsonl"
+    )
+    ap.add_argument(
+        "--rescore-from",
+        default=None,
+        metavar="PROXY",
+        help="start from PROXY's rows, rescored (a preset that differs only in objective)",
     )
     args = ap.parse_args()
     if args.quick:
@@ -250,6 +288,11 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"discriminative-{tag}.jsonl"
     rows = earlier_rows(jsonl, keep=args.resume or args.summarise_only)
+    if args.rescore_from and not rows:
+        rows = rescore(
+            RESULTS / f"discriminative-{args.rescore_from}.jsonl", args.rescore_from, args.proxy
+        )
+        jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.reuse:
         reused = reused_rows(Path(args.reuse), args.proxy, functions, args.seeds, rows)
         rows += reused

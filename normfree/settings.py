@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     max_request_bytes: int = 64 * 1024
+    # Threads per server process for the API's blocking work (database reads, building a read
+    # that is not cached). Few on purpose: on a small machine 40 threads (anyio's default)
+    # contend for the GIL and outnumber the connection pool, so each request pays for pool
+    # churn (bench/results/read_scale.md). The pool is sized to hold them all.
+    api_threads: int = Field(default=8, ge=1, le=128)
     # A study's estimated cost (trials x epochs x the preset's per-epoch seconds, scaled by model
     # size overrides) must stay under this many trial-seconds, or creation answers 422.
     max_study_trial_seconds: float = Field(default=250_000.0, gt=0)

@@ -96,6 +96,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        import anyio.to_thread
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True

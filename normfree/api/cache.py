@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from normfree import __version__
 
@@ -176,7 +177,7 @@ def respond(
     which would only push the shared entries out.
     """
     etag = etag_of(key)
-    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL, "Vary": "Accept-Encoding"}
+    headers = _headers(etag)
     if _matches(request, etag):
         return Response(status_code=304, headers=headers)
     if store:
@@ -185,11 +186,59 @@ def respond(
             headers["ETag"] = etag_of(served)
     else:
         hit = build()
+    return _encoded(request, hit, headers, status_code)
+
+
+def _headers(etag: str) -> dict[str, str]:
+    return {"ETag": etag, "Cache-Control": CACHE_CONTROL, "Vary": "Accept-Encoding"}
+
+
+def _encoded(request: Request, hit: Cached, headers: dict[str, str], status_code: int) -> Response:
     body = hit.body
     if _gzip_ok(request) and len(body) >= GZIP_MIN_BYTES:
         body = hit.gzipped()
         headers["Content-Encoding"] = "gzip"
     return Response(body, status_code, media_type=hit.media_type, headers=headers)
+
+
+def answer_from_cache(
+    request: Request, cache: ResponseCache, key: Hashable, *, status_code: int = 200
+) -> Response | None:
+    """The answer when nothing must be built: a 304, or ``key``'s stored body; else None.
+
+    Never blocks (one dict lookup under a lock held for microseconds), so the event loop may
+    call it directly; only a miss goes to the thread pool (:func:`serve`).
+    """
+    etag = etag_of(key)
+    if _matches(request, etag):
+        return Response(status_code=304, headers=_headers(etag))
+    hit = cache.get(key)
+    if hit is None:
+        return None
+    return _encoded(request, hit, _headers(etag), status_code)
+
+
+async def serve(
+    request: Request,
+    cache: ResponseCache,
+    key: tuple[Hashable, Hashable],
+    build: Callable[[], Cached],
+    *,
+    store: bool = True,
+) -> Response:
+    """:func:`respond` for ``async`` routes: a hit is answered on the event loop, a miss is
+    built in the thread pool.
+
+    Why: a hit costs a few microseconds, while handing a request to the thread pool and back
+    costs more than that under load (and every sync route and dependency pays it). The key's
+    small version query runs on the loop too (the routes compute it before calling this):
+    milliseconds at worst, and never waits on a writer (WAL on SQLite, MVCC on PostgreSQL).
+    """
+    if store:
+        fast = answer_from_cache(request, cache, key)
+        if fast is not None:
+            return fast
+    return await run_in_threadpool(respond, request, cache, key, build, store=store)
 
 
 def json_body(model: Any) -> Cached:

@@ -20,6 +20,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from normfree.api.errors import ApiError
 from normfree.api.services import ServiceState
@@ -48,11 +49,16 @@ bearer = HTTPBearer(
 )
 
 
-def get_state(request: Request) -> ServiceState:
+# The dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in
+# its thread pool, and on a cached read those hand-offs (one per dependency) cost more server
+# time than the read itself (profile in bench/results/read_scale.md).
+
+
+async def get_state(request: Request) -> ServiceState:
     return request.app.state.services
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -82,11 +88,12 @@ def require_writer(state: StateDep, creds: Credentials) -> str:
     return check_token(state, creds.credentials if creds else None)
 
 
-def require_reader(state: StateDep, settings: SettingsDep, creds: Credentials) -> str | None:
-    """Reads: public unless ``public_reads`` is off; then the same rule as writes."""
+async def require_reader(state: StateDep, settings: SettingsDep, creds: Credentials) -> str | None:
+    """Reads: public unless ``public_reads`` is off; then the same rule as writes (the token
+    lookup, a database read, then runs in the thread pool like any blocking call)."""
     if settings.public_reads:
         return None
-    return check_token(state, creds.credentials if creds else None)
+    return await run_in_threadpool(check_token, state, creds.credentials if creds else None)
 
 
 Writer = Annotated[str, Depends(require_writer)]

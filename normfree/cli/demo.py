@@ -111,7 +111,7 @@ def demo(catalog_only: bool, quick: bool, database_url: str | None, as_json: boo
 DEMO_STUDY: dict[str, Any] = {
     "kind": "property",
     "name": "demo: zero-centredness (horizontal shift)",
-    "proxy": "vit-screen",
+    "proxy": "vit-screen-heldout",
     "seeds": 2,
     "functions": ["erf"],
     "transform": "shift_h",

@@ -27,7 +27,6 @@ from normfree.storage.db import Database
 from normfree.storage.models import (
     CandidateRow,
     StudyRow,
-    TrialRow,
 )
 
 TRIAL_RESULT_STATUS = {
@@ -150,7 +149,15 @@ def _study_dict(row: StudyRow) -> dict[str, Any]:
     }
 
 
-def _trial_dict(row: TrialRow, details: bool = False) -> dict[str, Any]:
+def _trial_dict(
+    row: Any,
+    details: bool = False,
+    *,
+    curves: Sequence[Any] | None = None,
+    diagnostics: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """A trial as a dict, from an ORM ``TrialRow`` or a Core row of ``trials`` (same names);
+    with ``details``, its curves and diagnostics (given, or the ORM row's relationships)."""
     out: dict[str, Any] = {
         "id": row.id,
         "study_id": row.study_id,
@@ -195,7 +202,7 @@ def _trial_dict(row: TrialRow, details: bool = False) -> dict[str, Any]:
                 "lr": m.lr,
                 "wall_time_s": m.wall_time,
             }
-            for m in row.curves
+            for m in (row.curves if curves is None else curves)
         ]
         out["diagnostics"] = [
             {
@@ -204,7 +211,7 @@ def _trial_dict(row: TrialRow, details: bool = False) -> dict[str, Any]:
                 **{f: getattr(d, f) for f in DIAGNOSTIC_FIELDS},
                 "extra": d.extra or {},
             }
-            for d in row.diagnostics
+            for d in (row.diagnostics if diagnostics is None else diagnostics)
         ]
     return out
 

@@ -75,14 +75,22 @@ class Database:
         self.url = normalize_url(url)
         sa_url = make_url(self.url)
         self.dialect = sa_url.get_backend_name()
+        # Connections kept open: the API's threads (settings.api_threads), its event loop and
+        # background threads (study runner, analyses, prescreens) each hold at most one. With
+        # fewer, the pool's overflow connections are opened and closed on every burst of reads,
+        # and on SQLite every open runs the PRAGMAs below and rereads the schema.
         kwargs: dict[str, Any] = {"echo": echo}
+        pooled = {"pool_size": 16, "max_overflow": 16}
         if self.dialect == "sqlite":
             db = sa_url.database
             if db and db != ":memory:" and not db.startswith("file:"):
                 Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+            if db and db != ":memory:" and not db.startswith("file:"):
+                kwargs.update(pooled)  # in-memory databases keep one connection per thread
         else:
             kwargs["pool_pre_ping"] = True
+            kwargs.update(pooled)
         self.engine: Engine = create_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
             _install_sqlite_events(self.engine)

@@ -414,8 +414,8 @@ def proxies_by_finished(db: Any) -> list[str]:
     """Proxies with finished trials, most finished first (from the arm summaries)."""
     a = ArmResultRow.__table__
     total = sa.func.sum(a.c.n_trials)
-    with db.session(readonly=True) as s:
-        rows = s.execute(
+    with db.read() as conn:  # Core: the leaderboard page asks on every request
+        rows = conn.execute(
             sa.select(a.c.proxy, total)
             .group_by(a.c.proxy)
             .having(total > 0)

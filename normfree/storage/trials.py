@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, select, update
-from sqlalchemy.orm import selectinload
 
 from normfree.specs import (
     EpochRecord,
@@ -422,14 +421,23 @@ class TrialRepository(RepositoryBase):
     # -- trials: reads -----------------------------------------------------------------------
 
     def get_trial(self, trial_id: int) -> dict[str, Any] | None:
-        """One trial with ``curves`` (per epoch) and ``diagnostics`` (per epoch and layer)."""
-        with self.db.session(readonly=True) as s:
-            row = s.scalar(
-                select(TrialRow)
-                .where(TrialRow.id == trial_id)
-                .options(selectinload(TrialRow.curves), selectinload(TrialRow.diagnostics))
-            )
-            return _trial_dict(row, details=True) if row else None
+        """One trial with ``curves`` (per epoch) and ``diagnostics`` (per epoch and layer).
+
+        Three Core queries in one read transaction, not an ORM load: the API reads one trial
+        per request, and building ORM objects cost several times the queries
+        (bench/bench_read_scale.py, the ``trial`` endpoint)."""
+        t, m, d = TrialRow.__table__, TrialMetricRow.__table__, TrialDiagnosticRow.__table__
+        with self.db.read() as conn:
+            row = conn.execute(select(t).where(t.c.id == trial_id)).first()
+            if row is None:
+                return None
+            curves = conn.execute(
+                select(m).where(m.c.trial_id == trial_id).order_by(m.c.epoch)
+            ).all()
+            diagnostics = conn.execute(
+                select(d).where(d.c.trial_id == trial_id).order_by(d.c.epoch, d.c.layer)
+            ).all()
+        return _trial_dict(row, details=True, curves=curves, diagnostics=diagnostics)
 
     def get_trial_by_key(self, study_id: int, trial_key: str) -> dict[str, Any] | None:
         """The study's trial with ``TrialConfig.key() == trial_key`` (with curves), or None."""

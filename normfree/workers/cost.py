@@ -48,6 +48,7 @@ EPOCH_SECONDS: dict[str, float] = {
     "vit-mnist1d": 3.0,
     "vit-mnist": 12.0,
     "vit-screen": 6.2,
+    "vit-screen-heldout": 6.3,  # vit-screen plus 750 more images scored per epoch
     "vit-stress": 3.0,
     "dit-digits": 2.0,
     "dit-screen": 2.0,

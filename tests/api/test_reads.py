@@ -220,3 +220,27 @@ def test_unfiltered_board_shows_analyses_as_they_finish(api: Api) -> None:
     assert row["group"] == "transformed" and row["properties"]["bounded"] is True
     filtered = api.client.get("/api/leaderboards/vit-tiny", params={"property": "bounded"})
     assert name in {r["function"] for r in filtered.json()["rows"]}
+
+
+def test_a_cached_read_answers_while_every_api_thread_is_busy(make_api, sqlite_database_url):
+    """Cached answers are served on the event loop (api.cache.serve): with the API's only
+    thread (NORMFREE_API_THREADS=1) held by a blocking call, a cached read still answers at
+    once (before, every route and dependency queued for a thread)."""
+    import time
+
+    import anyio.to_thread
+
+    api = make_api(sqlite_database_url, api_threads=1)
+    portal = api.client.portal
+    assert portal.call(lambda: anyio.to_thread.current_default_thread_limiter().total_tokens) == 1
+    assert api.client.get("/api/candidates").status_code == 200  # built once, now cached
+    release = threading.Event()
+    threading.Timer(20, release.set).start()  # never hang the suite if the assertion fails
+    portal.start_task_soon(anyio.to_thread.run_sync, release.wait)
+    time.sleep(0.2)  # the blocking call holds the only thread
+    t0 = time.perf_counter()
+    r = api.client.get("/api/candidates")
+    waited = time.perf_counter() - t0
+    release.set()
+    assert r.status_code == 200 and r.json()["items"]
+    assert waited < 5, f"a cached read waited {waited:.1f} s for the thread pool"

@@ -97,7 +97,7 @@ def test_demo_study_runs_end_to_end_and_prints_where_results_are(
 ) -> None:
     from normfree.cli.demo import DEMO_STUDY, demo_study, print_demo_study
 
-    assert DEMO_STUDY["proxy"] == "vit-screen" and DEMO_STUDY["baselines"] == ["layernorm"]
+    assert DEMO_STUDY["proxy"] == "vit-screen-heldout" and DEMO_STUDY["baselines"] == ["layernorm"]
     assert set(DEMO_STUDY["values"]) >= {-2.0, 2.0}  # the Derf paper's failing shifts
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     out = demo_study(

@@ -245,3 +245,35 @@ def test_train_trial_reads_no_settings_and_leaves_the_rng(monkeypatch: pytest.Mo
         assert torch.equal(torch.get_rng_state(), state)
     finally:
         get_settings.cache_clear()
+
+
+def test_heldout_objective_ranks_the_same_run_on_both_held_out_splits(monkeypatch):
+    """A ``heldout_*`` preset trains exactly as its source (same metrics, seed for seed) and is
+    ranked by the count-weighted pool of the validation and test splits, at every epoch; this
+    identity is what lets bench/calibration.py rescore vit-screen's runs as vit-screen-heldout's."""
+    from normfree.workers.trainer import pooled_heldout
+
+    heldout = replace(PROXIES["vit-tiny"], name="vit-tiny-heldout", objective="heldout_acc")
+    monkeypatch.setitem(PROXIES, heldout.name, heldout)
+    plain = train_trial(_cfg("vit-tiny", epochs=2, seed=3))
+    pooled = train_trial(_cfg("vit-tiny-heldout", epochs=2, seed=3))
+    assert plain.status == pooled.status == "complete"
+    for k in ("val_acc", "val_loss", "test_acc", "test_loss", "train_loss"):
+        assert pooled.metrics[k] == plain.metrics[k], k
+    assert "heldout_acc" not in plain.metrics  # other presets never score the test split mid-run
+    assert all("heldout_acc" in rec.metrics for rec in pooled.curves)  # the pruner's value
+    n_val, n_test = heldout.max_eval, heldout.max_eval
+    want = pooled_heldout(
+        (plain.metrics["val_loss"], plain.metrics["val_acc"], n_val),
+        (plain.metrics["test_loss"], plain.metrics["test_acc"], n_test),
+    )
+    assert pooled.objective == "heldout_acc"
+    assert pooled.value == pytest.approx(want["heldout_acc"], abs=1e-12)
+    assert pooled.metrics["heldout_loss"] == pytest.approx(want["heldout_loss"], abs=1e-12)
+
+
+def test_pooled_heldout_weights_each_split_by_its_size():
+    from normfree.workers.trainer import pooled_heldout
+
+    out = pooled_heldout((1.0, 0.5, 100), (4.0, 1.0, 300))
+    assert out == {"heldout_loss": pytest.approx(3.25), "heldout_acc": pytest.approx(0.875)}

@@ -73,7 +73,7 @@ def submit_candidate(
 
 
 @router.get("", response_model=CandidateList)
-def list_candidates(
+async def list_candidates(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -86,7 +86,7 @@ def list_candidates(
 
     Cached until a candidate is stored; sends an ETag (``If-None-Match`` answers 304)."""
     key = reads.candidates_key(state, group, tuple(properties or ()), source, q)
-    return cache.respond(
+    return await cache.serve(
         request,
         state.cache,
         key,

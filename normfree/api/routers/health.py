@@ -28,6 +28,6 @@ def health(state: StateDep) -> Health:
 
 
 @router.get("/version", response_model=Version)
-def version() -> Version:
+async def version() -> Version:
     """The normfree package version and the API version."""
     return Version(version=__version__)

@@ -15,7 +15,7 @@ router = APIRouter(prefix="/leaderboards", tags=["leaderboards"])
 
 
 @router.get("/{proxy}", response_model=LeaderboardPublic, responses={404: {"model": ErrorBody}})
-def get_leaderboard(
+async def get_leaderboard(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -38,4 +38,4 @@ def get_leaderboard(
         )
         return cache.json_body(board)
 
-    return cache.respond(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build)

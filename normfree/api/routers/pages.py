@@ -79,7 +79,7 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
 
 
 @router.get("/", response_class=HTMLResponse, name="page_leaderboard")
-def page_leaderboard(
+async def page_leaderboard(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -120,7 +120,7 @@ def page_leaderboard(
             )
         )
 
-    return cache.respond(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build)
 
 
 @router.get("/candidates", response_class=HTMLResponse, name="page_candidates")
@@ -174,7 +174,9 @@ def _study_figure(detail: Any) -> Any:
 
 
 @router.get("/studies/{study_id}", response_class=HTMLResponse, name="page_study")
-def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdPath) -> Response:
+async def page_study(
+    request: Request, state: StateDep, _reader: Reader, study_id: IdPath
+) -> Response:
     """A study's picture (metric vs transform value per base function), cells and progress; the
     trial table loads a page at a time from ``/api/studies/{id}/trials``. Cached like the
     study's summary."""
@@ -208,11 +210,11 @@ def page_study(request: Request, state: StateDep, _reader: Reader, study_id: IdP
             )
         )
 
-    return cache.respond(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build)
 
 
 @router.get("/studies/{study_id}/figure.json", name="page_study_figure")
-def page_study_figure(
+async def page_study_figure(
     request: Request, state: StateDep, _reader: Reader, study_id: IdPath
 ) -> Response:
     """The study figure as plotly JSON, for the page's live refresh."""
@@ -222,14 +224,16 @@ def page_study_figure(
         return cache.Cached(fig.to_json().encode(), "application/json")
 
     key = reads.derived("study-figure", reads.study_key(state, study_id))
-    return cache.respond(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build)
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse, name="page_trial")
-def page_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
+async def page_trial(
+    request: Request, state: StateDep, _reader: Reader, trial_id: IdPath
+) -> Response:
     """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
     key = reads.derived("page-trial", reads.trial_key(state, trial_id), str(request.base_url))
-    return cache.respond(
+    return await cache.serve(
         request, state.cache, key, lambda: _trial_page(request, state, trial_id), store=False
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, reads, services
 from normfree.api.deps import IdPath, Reader, StateDep, Writer
@@ -45,7 +46,7 @@ def list_studies(
 
 
 @router.get("/{study_id}", response_model=StudyDetail, responses={404: {"model": ErrorBody}})
-def get_study(
+async def get_study(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -63,9 +64,9 @@ def get_study(
     Without trials (``?trials=false``: the summary) it is cached until a trial of the study
     finishes or its status changes, and sends an ETag (``If-None-Match`` answers 304)."""
     if trials:
-        return services.get_study(state, study_id)
+        return await run_in_threadpool(services.get_study, state, study_id)
     key = reads.study_key(state, study_id)
-    return cache.respond(
+    return await cache.serve(
         request,
         state.cache,
         key,

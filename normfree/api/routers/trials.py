@@ -13,7 +13,9 @@ router = APIRouter(prefix="/trials", tags=["trials"])
 
 
 @router.get("/{trial_id}", response_model=TrialPublic, responses={404: {"model": ErrorBody}})
-def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPath) -> Response:
+async def get_trial(
+    request: Request, state: StateDep, _reader: Reader, trial_id: IdPath
+) -> Response:
     """A trial's config, status, final metrics, per-epoch curves and per-layer diagnostics.
 
     Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304).
@@ -23,7 +25,7 @@ def get_trial(request: Request, state: StateDep, _reader: Reader, trial_id: IdPa
     private = security.is_token_holder(request)
     if private:  # a different body: a different ETag
         key = (("private", key[0]), key[1])
-    return cache.respond(
+    return await cache.serve(
         request,
         state.cache,
         key,

@@ -247,7 +247,7 @@ register(
     )
 )
 
-# The default ViT screen, calibrated against science.md section 7 (bench/calibration.py; the
+# The ViT screen's training, calibrated against science.md section 7 (bench/calibration.py; the
 # facts table and fidelity report are in bench/results/calibration-vit-screen.*). Each choice
 # moves the proxy toward the regime the published runs trained in, not toward their numbers:
 # - MNIST 28x28 in 7x7 patches (16 tokens of 49 pixels): a token's direction carries its
@@ -279,9 +279,25 @@ VIT_SCREEN = register(
         mixup=0.8,
         # the prescreen takes the trial's own steps: its lr is already the aggressive one
         extra={"prescreen_lr_mult": 1.0, "prescreen_steps": 30, "prescreen_batch": 64},
-        description="Default ViT screen, calibrated: 6-block dim-64 ViT on MNIST (7x7 patches), "
+        description="ViT screen, calibrated: 6-block dim-64 ViT on MNIST (7x7 patches), "
         "lr 1e-2, 1-epoch warmup, mixup 0.8, 10 epochs; the identity fails, DyT/Derf match "
         "LayerNorm.",
+    )
+)
+
+# The default ViT screen: vit-screen's training, scored on all 1,500 held-out images (the
+# validation and test splits pooled: trainer.pooled_heldout says why). The runs are the same
+# as vit-screen's, seed for seed; only the number a trial is ranked by differs, so a
+# vit-screen result is rescored exactly from its val_acc and test_acc (bench/calibration.py
+# --rescore-from vit-screen). A separate name, so stored vit-screen trials keep their meaning.
+VIT_SCREEN_HELDOUT = register(
+    replace(
+        VIT_SCREEN,
+        name="vit-screen-heldout",
+        objective="heldout_acc",
+        description="Default ViT screen: vit-screen's training (6-block dim-64 ViT on MNIST, "
+        "lr 1e-2, mixup 0.8, 10 epochs) ranked by accuracy on all 1,500 held-out images "
+        "(validation and test pooled); the identity fails, DyT/Derf match LayerNorm.",
     )
 )
 
@@ -437,7 +453,7 @@ register(
 
 # The screens a user gets without naming one (CLI defaults, the prescreen, the demo): the
 # presets calibrated against the published results (bench/results/calibration-*.md).
-DEFAULT_PROXY = "vit-screen"
+DEFAULT_PROXY = "vit-screen-heldout"
 
 
 def get_preset(name: str) -> Preset:

@@ -106,6 +106,17 @@ def trial_key(state: services.ServiceState, trial_id: int) -> Key:
     return (("trial", trial_id), (stamp, versions))
 
 
+def trial_read(state: services.ServiceState, trial_id: int) -> tuple[Key, dict[str, Any]]:
+    """A trial and its key (as ``trial_key``) read in one transaction: a trial is built for
+    every request, and a second transaction for its key cost as much as the trial's read."""
+    with state.db.read() as conn:
+        t = reads.trial_detail(conn, trial_id)
+        versions = _versions(conn)
+    if t is None:
+        raise not_found("trial", trial_id)
+    return (("trial", trial_id), ((t["status"], t["updated_at"]), versions)), t
+
+
 def study_key(state: services.ServiceState, study_id: int) -> Key:
     """A study's summary, page and figure: its status, update time and per-status counts (see
     ``services.study_key``), and whether this process drives it."""

@@ -17,7 +17,14 @@ import sqlalchemy as sa
 
 from normfree.specs import TRIAL_STATUSES
 from normfree.storage import aggregates
-from normfree.storage.models import ArmResultRow, StudyRow, TrialRow
+from normfree.storage._common import _trial_dict
+from normfree.storage.models import (
+    ArmResultRow,
+    StudyRow,
+    TrialDiagnosticRow,
+    TrialMetricRow,
+    TrialRow,
+)
 
 # Columns of a trial in a study's table (``fields=`` picks among them; ``id`` always comes).
 TRIAL_LIST_FIELDS = (
@@ -117,6 +124,26 @@ def trial_stamp(conn: Any, trial_id: int) -> tuple[str, str] | None:
     q = sa.select(TrialRow.status, TrialRow.updated_at).where(TrialRow.id == trial_id)
     row = conn.execute(q).first()
     return None if row is None else (row.status, row.updated_at.isoformat())
+
+
+def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
+    """One trial with ``curves`` (per epoch), ``diagnostics`` (per epoch and layer) and
+    ``updated_at`` (its stamp, with ``status``). None: no such trial.
+
+    Three Core queries by key, not an ORM load: the API builds one trial per request (a
+    trial page is rarely read twice), and building ORM objects cost several times the
+    queries (bench/bench_read_scale.py, the ``trial`` endpoint)."""
+    t, m, d = TrialRow.__table__, TrialMetricRow.__table__, TrialDiagnosticRow.__table__
+    row = conn.execute(sa.select(t).where(t.c.id == trial_id)).first()
+    if row is None:
+        return None
+    curves = conn.execute(sa.select(m).where(m.c.trial_id == trial_id).order_by(m.c.epoch)).all()
+    diagnostics = conn.execute(
+        sa.select(d).where(d.c.trial_id == trial_id).order_by(d.c.epoch, d.c.layer)
+    ).all()
+    out = _trial_dict(row, details=True, curves=curves, diagnostics=diagnostics)
+    out["updated_at"] = row.updated_at.isoformat()
+    return out
 
 
 def versions(conn: Any, scopes: Iterable[str]) -> dict[str, int]:

@@ -16,7 +16,7 @@ from normfree.specs import (
     TrialConfig,
     TrialResult,
 )
-from normfree.storage import aggregates
+from normfree.storage import aggregates, reads
 from normfree.storage import leaderboard as boards
 from normfree.storage._common import (
     DIAGNOSTIC_FIELDS,
@@ -421,23 +421,9 @@ class TrialRepository(RepositoryBase):
     # -- trials: reads -----------------------------------------------------------------------
 
     def get_trial(self, trial_id: int) -> dict[str, Any] | None:
-        """One trial with ``curves`` (per epoch) and ``diagnostics`` (per epoch and layer).
-
-        Three Core queries in one read transaction, not an ORM load: the API reads one trial
-        per request, and building ORM objects cost several times the queries
-        (bench/bench_read_scale.py, the ``trial`` endpoint)."""
-        t, m, d = TrialRow.__table__, TrialMetricRow.__table__, TrialDiagnosticRow.__table__
+        """One trial with ``curves`` (per epoch) and ``diagnostics`` (per epoch and layer)."""
         with self.db.read() as conn:
-            row = conn.execute(select(t).where(t.c.id == trial_id)).first()
-            if row is None:
-                return None
-            curves = conn.execute(
-                select(m).where(m.c.trial_id == trial_id).order_by(m.c.epoch)
-            ).all()
-            diagnostics = conn.execute(
-                select(d).where(d.c.trial_id == trial_id).order_by(d.c.epoch, d.c.layer)
-            ).all()
-        return _trial_dict(row, details=True, curves=curves, diagnostics=diagnostics)
+            return reads.trial_detail(conn, trial_id)
 
     def get_trial_by_key(self, study_id: int, trial_key: str) -> dict[str, Any] | None:
         """The study's trial with ``TrialConfig.key() == trial_key`` (with curves), or None."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, reads, security, services
 from normfree.api.deps import IdPath, Reader, StateDep
@@ -21,14 +22,20 @@ async def get_trial(
     Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304).
     A failed trial's ``error`` is one line with a reference id; a request with a valid token
     gets the full text (traceback included) after it."""
-    key = reads.trial_key(state, trial_id)
     private = security.is_token_holder(request)
-    if private:  # a different body: a different ETag
-        key = (("private", key[0]), key[1])
-    return await cache.serve(
-        request,
-        state.cache,
-        key,
-        lambda: cache.json_body(services.get_trial(state, trial_id, private=private)),
-        store=False,
-    )
+
+    def answer() -> Response:
+        # one hand-off to the thread pool and one transaction for the key and the trial: a
+        # trial is rarely read twice, so its body is built each time and never stored
+        key, trial = reads.trial_read(state, trial_id)
+        if private:  # a different body: a different ETag
+            key = (("private", key[0]), key[1])
+        return cache.respond(
+            request,
+            state.cache,
+            key,
+            lambda: cache.json_body(services.trial_public(trial, private=private)),
+            store=False,
+        )
+
+    return await run_in_threadpool(answer)

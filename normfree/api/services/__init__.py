@@ -50,7 +50,7 @@ from normfree.api.services.studies import (
     validate_study,
 )
 from normfree.api.services.tokens import create_token, list_tokens, revoke_token
-from normfree.api.services.trials import get_trial
+from normfree.api.services.trials import get_trial, trial_public
 from normfree.workers.lifecycle import StudyRunner
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "run_prescreen",
     "study_key",
     "submit_candidate",
+    "trial_public",
     "validate_study",
     "warm_up",
 ]

@@ -14,11 +14,16 @@ log = logging.getLogger(__name__)
 
 def get_trial(state: ServiceState, trial_id: int, *, private: bool = False) -> S.TrialPublic:
     """A trial; its error's full text only when ``private`` (a token holder: api.security)."""
-    from normfree.workers.errors import public_error, public_worker
-
     t = state.repo.get_trial(trial_id)
     if t is None:
         raise not_found("trial", trial_id)
+    return trial_public(t, private=private)
+
+
+def trial_public(t: dict, *, private: bool = False) -> S.TrialPublic:
+    """A stored trial (``storage.reads.trial_detail``) as the API shows it."""
+    from normfree.workers.errors import public_error, public_worker
+
     t = finite(t)
     if not private:
         t["error"] = public_error(t.get("error"), t.get("worker"))

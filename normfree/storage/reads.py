@@ -73,12 +73,16 @@ def _columns(fields: Iterable[str]) -> list[Any]:
     return [getattr(TrialRow, _COLUMN.get(f, f)).label(f) for f in names]
 
 
-def _plain(row: Any) -> dict[str, Any]:
-    out = dict(row._mapping)
-    for k, v in out.items():
-        if isinstance(v, datetime):
-            out[k] = v.isoformat()
-    return out
+def _plain_rows(result: Any) -> list[dict[str, Any]]:
+    """A result's rows as dicts, timestamps as ISO text. The column names are read once, not
+    per row: a study's 1,000 rows spent most of their summary's build in ``row._mapping``."""
+    keys = list(result.keys())
+    rows = [dict(zip(keys, r, strict=True)) for r in result]
+    for r in rows:
+        for k, v in r.items():
+            if isinstance(v, datetime):
+                r[k] = v.isoformat()
+    return rows
 
 
 def study_trial_rows(
@@ -86,7 +90,7 @@ def study_trial_rows(
 ) -> list[dict[str, Any]]:
     """Every trial of one study, by id, with only ``fields`` (for its cells)."""
     q = sa.select(*_columns(fields)).where(TrialRow.study_id == study_id).order_by(TrialRow.id)
-    return [_plain(r) for r in conn.execute(q)]
+    return _plain_rows(conn.execute(q))
 
 
 def trial_page(
@@ -113,7 +117,7 @@ def trial_page(
     )
     if status:
         q = q.where(TrialRow.status.in_(list(status)))
-    rows = [_plain(r) for r in conn.execute(q)]
+    rows = _plain_rows(conn.execute(q))
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (rows[-1]["id"] if more and rows else None)

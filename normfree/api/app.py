@@ -60,6 +60,7 @@ def create_app(
     run_studies: bool | None = None,
     migrate: bool = True,
     prescreen: bool = True,
+    freeze_heap: bool = False,
 ) -> FastAPI:
     """Build the API and dashboard over ``settings`` (default: the process settings).
 
@@ -67,7 +68,9 @@ def create_app(
     process (the embedded default of ``normfree serve``; ``None`` means on). Tests that only want
     rows pass ``False``. ``migrate`` upgrades the schema at start (Alembic, idempotent).
     ``prescreen=False`` skips the zero-cost prescreen of submissions (fuzzing only: it costs
-    seconds per new formula).
+    seconds per new formula). ``freeze_heap`` takes the long-lived heap out of the garbage
+    collector's scans after the warm-up (``services.freeze_long_lived``): for a server
+    process, not for tests that build many apps in one process.
     """
     # torch is imported here, in the thread that builds the app, before any background thread
     # (warm-up, enrichment, prescreens) can: its import is not thread-safe (two threads racing
@@ -90,6 +93,8 @@ def create_app(
     )
 
     settings = settings or get_settings()
+    if freeze_heap:
+        services.FREEZE_HEAP.set()
     state = services.ServiceState.open(
         settings, migrate=migrate, run_studies=run_studies, prescreen=prescreen
     )
@@ -150,4 +155,4 @@ def create_app(
 def create_worker_app() -> FastAPI:
     """The app of one of ``normfree serve --workers N``'s processes: the process settings, no
     study runner (N runners would drive the same studies), the schema already migrated."""
-    return create_app(get_settings(), run_studies=False, migrate=False)
+    return create_app(get_settings(), run_studies=False, migrate=False, freeze_heap=True)

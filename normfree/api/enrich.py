@@ -27,8 +27,11 @@ _MISSING = object()
 class Enricher:
     """Analyses function names once per process, in a background thread or on demand."""
 
-    def __init__(self, analyse: Callable[[str], Info]) -> None:
+    def __init__(
+        self, analyse: Callable[[str], Info], on_idle: Callable[[], None] | None = None
+    ) -> None:
         self._analyse = analyse
+        self._on_idle = on_idle  # called when the queue runs empty after a batch
         self._known: dict[str, Info] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[str] = queue.Queue()
@@ -84,6 +87,8 @@ class Enricher:
 
     def _loop(self) -> None:
         while True:
+            if self._queue.empty() and self._on_idle is not None:
+                self._on_idle()
             name = self._queue.get()
             if name not in self._known:
                 self._store(name, self._safe(name))

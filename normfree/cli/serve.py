@@ -51,7 +51,7 @@ def serve(
         raise click.UsageError(
             "--workers > 1 needs --no-run-studies: every process would drive the same studies"
         )
-    app = create_app(settings, run_studies=run_studies) if workers == 1 else None
+    app = create_app(settings, run_studies=run_studies, freeze_heap=True) if workers == 1 else None
     if app is None:
         from normfree.api.services import open_repository
 

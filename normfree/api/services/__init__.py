@@ -34,6 +34,8 @@ from normfree.api.services.candidates import (
 )
 from normfree.api.services.leaderboards import (
     ENRICHER,
+    FREEZE_HEAP,
+    freeze_long_lived,
     leaderboard,
     proxies_with_results,
     warm_up,
@@ -55,6 +57,7 @@ from normfree.workers.lifecycle import StudyRunner
 
 __all__ = [
     "ENRICHER",
+    "FREEZE_HEAP",
     "MISSING",
     "PLOT_RANGE",
     "PRESCREEN_PROXY",
@@ -70,6 +73,7 @@ __all__ = [
     "create_study",
     "create_token",
     "find_duplicate",
+    "freeze_long_lived",
     "get_candidate_object",
     "get_study",
     "get_trial",

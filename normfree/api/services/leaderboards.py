@@ -3,7 +3,9 @@ catalog, analysed off the request path by ``ENRICHER``) and its fidelity line.""
 
 from __future__ import annotations
 
+import gc
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,7 +48,27 @@ def _catalog_info(name: str) -> tuple[str, dict[str, Any]] | None:
     return catalog.describe(name)
 
 
-ENRICHER = Enricher(_catalog_info)
+FREEZE_HEAP = threading.Event()
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the garbage collector's reach (``gc.freeze``).
+
+    Why: after the warm-up a server holds ~340k long-lived objects (the catalog, sympy's
+    caches, the analyses), and every full collection walked them all: 160 ms with the GIL held,
+    which every request in flight waited for (the p99 of the cached reads at 32 clients,
+    bench/results/read_scale.md). Frozen, a full collection scans only what requests allocate.
+    Called after the warm-up and whenever the background analyses finish a batch, in a
+    server only (``create_app(freeze_heap=True)``, what ``normfree serve`` builds): what is
+    frozen is never collected, right for a server's catalog, wrong for a test process that
+    builds an app per test.
+    """
+    if FREEZE_HEAP.is_set():
+        gc.collect()
+        gc.freeze()
+
+
+ENRICHER = Enricher(_catalog_info, on_idle=freeze_long_lived)
 
 
 def leaderboard(
@@ -153,3 +175,4 @@ def warm_up(state: ServiceState | None = None) -> None:
             ENRICHER.want(n for n in names if n not in BASELINES)
     except Exception:  # a warm-up failure shows up again, with its reason, in the request
         log.warning("catalog warm-up failed", exc_info=True)
+    freeze_long_lived()

@@ -230,9 +230,9 @@ async def serve(
     built in the thread pool.
 
     Why: a hit costs a few microseconds, while handing a request to the thread pool and back
-    costs more than that under load (and every sync route and dependency pays it). The key's
-    small version query runs on the loop too (the routes compute it before calling this):
-    milliseconds at worst, and never waits on a writer (WAL on SQLite, MVCC on PostgreSQL).
+    costs more than that under load (and every sync route and dependency pays it). The routes
+    compute the key before calling this, through ``api.reads.keyed``: on the loop for SQLite,
+    in the thread pool for a server database.
     """
     if store:
         fast = answer_from_cache(request, cache, key)

@@ -17,19 +17,36 @@ Also here: which leaderboard rows belong to a candidate (its page and ``/results
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+from starlette.concurrency import run_in_threadpool
 
 from normfree.api import schemas as S
 from normfree.api import services
 from normfree.api.errors import not_found
 from normfree.storage import reads
 
+T = TypeVar("T")
 Key = tuple[Hashable, Hashable]  # (family: what is shown, version: what it depends on)
 
 
 def _versions(conn: Any, *scopes: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(reads.versions(conn, [*scopes, "database"]).items()))
+
+
+async def keyed(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``: a key's small version query, where it costs least.
+
+    On SQLite it runs on the event loop: microseconds, inside this process, never waiting on a
+    writer (WAL). On a server database it is a round trip to another process, which on a small
+    machine waits for that process to be scheduled: run on the loop, every request in flight
+    waited too (PostgreSQL leaderboard p99 462 ms at 32 clients, bench/results/read_scale.md),
+    so it goes to the thread pool, one hand-off per request.
+    """
+    if state.db.is_sqlite:
+        return fn(*args)
+    return await run_in_threadpool(fn, *args)
 
 
 def derived(kind: str, key: Key, *extra: Hashable) -> Key:

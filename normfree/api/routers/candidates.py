@@ -85,7 +85,9 @@ async def list_candidates(
     """The catalog and stored user candidates, filtered by group, properties, source, name.
 
     Cached until a candidate is stored; sends an ETag (``If-None-Match`` answers 304)."""
-    key = reads.candidates_key(state, group, tuple(properties or ()), source, q)
+    key = await reads.keyed(
+        state, reads.candidates_key, state, group, tuple(properties or ()), source, q
+    )
     return await cache.serve(
         request,
         state.cache,

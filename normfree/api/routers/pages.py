@@ -88,12 +88,17 @@ async def page_leaderboard(
     properties: PropertyQuery = None,
 ) -> Response:
     """The leaderboard of one proxy (default: the first with results); cached like its JSON."""
-    proxies = services.proxies_with_results(state)
-    proxy = proxy or (proxies[0] if proxies else None)
     wanted = [p for p in properties or [] if p]
-    lb_key = reads.leaderboard_key(state, proxy, group or None, wanted) if proxy else None
-    family = ("page-leaderboard", str(request.base_url), proxy, group, tuple(wanted))
-    key = (family, (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1]))
+
+    def keys() -> tuple[list[str], str | None, reads.Key | None, reads.Key]:
+        proxies = services.proxies_with_results(state)
+        shown = proxy or (proxies[0] if proxies else None)
+        lb_key = reads.leaderboard_key(state, shown, group or None, wanted) if shown else None
+        family = ("page-leaderboard", str(request.base_url), shown, group, tuple(wanted))
+        versions = (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1])
+        return proxies, shown, lb_key, (family, versions)
+
+    proxies, proxy, lb_key, key = await reads.keyed(state, keys)
 
     def build() -> cache.Cached:
         board = None
@@ -181,9 +186,8 @@ async def page_study(
     trial table loads a page at a time from ``/api/studies/{id}/trials``. Cached like the
     study's summary."""
     error = state.runner.errors.get(study_id) if state.runner else None
-    key = reads.derived(
-        "page-study", reads.study_key(state, study_id), str(request.base_url), error
-    )
+    study = await reads.keyed(state, reads.study_key, state, study_id)
+    key = reads.derived("page-study", study, str(request.base_url), error)
 
     def build() -> cache.Cached:
         detail = services.get_study(state, study_id, trials=False)
@@ -223,7 +227,7 @@ async def page_study_figure(
         fig = _study_figure(services.get_study(state, study_id, trials=False))
         return cache.Cached(fig.to_json().encode(), "application/json")
 
-    key = reads.derived("study-figure", reads.study_key(state, study_id))
+    key = reads.derived("study-figure", await reads.keyed(state, reads.study_key, state, study_id))
     return await cache.serve(request, state.cache, key, build)
 
 
@@ -232,7 +236,8 @@ async def page_trial(
     request: Request, state: StateDep, _reader: Reader, trial_id: IdPath
 ) -> Response:
     """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
-    key = reads.derived("page-trial", reads.trial_key(state, trial_id), str(request.base_url))
+    trial = await reads.keyed(state, reads.trial_key, state, trial_id)
+    key = reads.derived("page-trial", trial, str(request.base_url))
     return await cache.serve(
         request, state.cache, key, lambda: _trial_page(request, state, trial_id), store=False
     )

@@ -1,8 +1,8 @@
 """Trial speed: training samples/s per proxy and the default trials' wall times on one thread.
 
-Budgets: a trial of the default screens (vit-screen-heldout, dit-screen; one candidate, one seed) within
-90 s on one CPU core (issue 14); the previous defaults keep theirs (vit-digits 60 s, dit-digits
-120 s, issue 4). Trials run on one thread, so the budget is judged on the
+Budgets: a trial of the default screens (vit-screen-heldout, dit-screen; one candidate, one
+seed) within 90 s on one CPU core (issue 14); the previous defaults keep theirs (vit-digits
+60 s, dit-digits 120 s, issue 4). Trials run on one thread, so the budget is judged on the
 process's CPU time (what the trial costs an idle core); wall time is recorded beside it.
 ``--quick`` (< 30 s on an idle core) trains the tiny presets
 and two epochs of each default preset and *extrapolates* the default trial time from them

@@ -37,7 +37,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from resumable import earlier_rows, train_rows
+from resumable import earlier_rows, rescoring, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -85,19 +85,12 @@ def rescore(rows: list[dict[str, Any]], source: str, proxy: str) -> list[dict[st
     """``source``'s results as ``proxy``'s (normfree.workers.rescore: the same runs ranked by
     a heldout objective). Rescored results carry ``worker="rescored:<source>"``; their curves
     keep the source's per-epoch metrics."""
-    from normfree.workers.proxies import PROXIES
-    from normfree.workers.rescore import check_rescorable, rescored_metrics
-
-    try:
-        sizes = check_rescorable(source, proxy)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from exc
-    objective = PROXIES[proxy].objective
+    objective, rescored = rescoring(source, proxy)
     out = []
     for r in rows:
         res = dict(r["result"])
         res.update(
-            metrics=rescored_metrics(res.get("metrics") or {}, sizes),
+            metrics=rescored(res.get("metrics") or {}),
             objective=objective,
             worker=f"rescored:{source}",
         )

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from resumable import TEST_OF, earlier_rows, train_rows
+from resumable import TEST_OF, earlier_rows, rescoring, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GROUPS_16 = ("natural", "transformed", "clipped unbounded", "ratio")  # science.md section 2
@@ -222,20 +222,13 @@ def reused_rows(
 def rescore(path: Path, source: str, proxy: str) -> list[dict]:
     """``source``'s rows as ``proxy``'s: the same runs ranked by a heldout objective
     (normfree.workers.rescore); marked with ``rescored_from``."""
-    from normfree.workers.proxies import PROXIES
-    from normfree.workers.rescore import check_rescorable, rescored_metrics
-
-    try:
-        sizes = check_rescorable(source, proxy)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from exc
-    objective = PROXIES[proxy].objective
+    objective, rescored = rescoring(source, proxy)
     out = []
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
         r = json.loads(line)
-        m = rescored_metrics(r.get("metrics") or {}, sizes)
+        m = rescored(r.get("metrics") or {})
         value = m.get(objective) if r["status"] == "complete" else None
         out.append(
             {

@@ -57,3 +57,17 @@ def train_rows(
             fh.write(json.dumps(row) + "\n")
             fh.flush()
     return rows
+
+
+def rescoring(source: str, proxy: str) -> tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """``--rescore-from``: (``proxy``'s objective, metrics -> metrics with it added), for a
+    preset that trains exactly as ``source`` (normfree.workers.rescore); exits with the reason
+    otherwise."""
+    from normfree.workers.proxies import PROXIES
+    from normfree.workers.rescore import check_rescorable, rescored_metrics
+
+    try:
+        sizes = check_rescorable(source, proxy)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    return PROXIES[proxy].objective, lambda metrics: rescored_metrics(metrics, sizes)

@@ -114,18 +114,10 @@ def candidates(
     )
 
 
-def trial_key(state: services.ServiceState, trial_id: int) -> Key:
-    with state.db.read() as conn:
-        stamp = reads.trial_stamp(conn, trial_id)
-        versions = _versions(conn)
-    if stamp is None:
-        raise not_found("trial", trial_id)
-    return (("trial", trial_id), (stamp, versions))
-
-
 def trial_read(state: services.ServiceState, trial_id: int) -> tuple[Key, dict[str, Any]]:
-    """A trial and its key (as ``trial_key``) read in one transaction: a trial is built for
-    every request, and a second transaction for its key cost as much as the trial's read."""
+    """A trial and its key (its status and ``updated_at``: every write to it moves the pair)
+    read in one transaction: a trial is built for every request, and a second transaction for
+    its key cost as much as the trial's read."""
     with state.db.read() as conn:
         t = reads.trial_detail(conn, trial_id)
         versions = _versions(conn)

@@ -83,10 +83,9 @@ class Database:
         pooled = {"pool_size": 16, "max_overflow": 16}
         if self.dialect == "sqlite":
             db = sa_url.database
-            if db and db != ":memory:" and not db.startswith("file:"):
-                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
             if db and db != ":memory:" and not db.startswith("file:"):
+                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
                 kwargs.update(pooled)  # in-memory databases keep one connection per thread
         else:
             kwargs["pool_pre_ping"] = True

@@ -123,13 +123,6 @@ def trial_page(
     return rows, (rows[-1]["id"] if more and rows else None)
 
 
-def trial_stamp(conn: Any, trial_id: int) -> tuple[str, str] | None:
-    """(status, updated_at) of a trial: every write to it changes the pair. None: no trial."""
-    q = sa.select(TrialRow.status, TrialRow.updated_at).where(TrialRow.id == trial_id)
-    row = conn.execute(q).first()
-    return None if row is None else (row.status, row.updated_at.isoformat())
-
-
 def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
     """One trial with ``curves`` (per epoch), ``diagnostics`` (per epoch and layer) and
     ``updated_at`` (its stamp, with ``status``). None: no such trial.

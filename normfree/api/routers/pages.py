@@ -16,6 +16,7 @@ from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, fidelity, plots, prescreens, reads, security, services
 from normfree.api.deps import (
@@ -236,15 +237,20 @@ async def page_trial(
     request: Request, state: StateDep, _reader: Reader, trial_id: IdPath
 ) -> Response:
     """Learning curves, alpha vs 1/std per layer, gamma and residual-branch norms per layer."""
-    trial = await reads.keyed(state, reads.trial_key, state, trial_id)
-    key = reads.derived("page-trial", trial, str(request.base_url))
-    return await cache.serve(
-        request, state.cache, key, lambda: _trial_page(request, state, trial_id), store=False
-    )
+
+    def answer() -> Response:
+        # the trial and its key in one read, as its JSON (routers.trials): never stored
+        trial_key, trial = reads.trial_read(state, trial_id)
+        key = reads.derived("page-trial", trial_key, str(request.base_url))
+        return cache.respond(
+            request, state.cache, key, lambda: _trial_page(request, trial), store=False
+        )
+
+    return await run_in_threadpool(answer)
 
 
-def _trial_page(request: Request, state: StateDep, trial_id: int) -> cache.Cached:
-    trial = services.get_trial(state, trial_id)
+def _trial_page(request: Request, stored: dict[str, Any]) -> cache.Cached:
+    trial = services.trial_public(stored)
     curves = [c.model_dump() for c in trial.curves]
     diags = [d.model_dump() for d in trial.diagnostics]
     figures = []

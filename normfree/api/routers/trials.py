@@ -22,11 +22,12 @@ async def get_trial(
     Sends an ETag that changes with every write to the trial (``If-None-Match`` answers 304).
     A failed trial's ``error`` is one line with a reference id; a request with a valid token
     gets the full text (traceback included) after it."""
-    private = security.is_token_holder(request)
 
     def answer() -> Response:
         # one hand-off to the thread pool and one transaction for the key and the trial: a
-        # trial is rarely read twice, so its body is built each time and never stored
+        # trial is rarely read twice, so its body is built each time and never stored; the
+        # token check (a database read when a token is sent) runs here too, off the loop
+        private = security.is_token_holder(request)
         key, trial = reads.trial_read(state, trial_id)
         if private:  # a different body: a different ETag
             key = (("private", key[0]), key[1])

@@ -52,7 +52,7 @@ from normfree.api.services.studies import (
     validate_study,
 )
 from normfree.api.services.tokens import create_token, list_tokens, revoke_token
-from normfree.api.services.trials import get_trial, trial_public
+from normfree.api.services.trials import trial_public
 from normfree.workers.lifecycle import StudyRunner
 
 __all__ = [
@@ -76,7 +76,6 @@ __all__ = [
     "freeze_long_lived",
     "get_candidate_object",
     "get_study",
-    "get_trial",
     "leaderboard",
     "list_candidates",
     "list_studies",

@@ -5,19 +5,9 @@ from __future__ import annotations
 import logging
 
 from normfree.api import schemas as S
-from normfree.api.errors import not_found
-from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 
 log = logging.getLogger(__name__)
-
-
-def get_trial(state: ServiceState, trial_id: int, *, private: bool = False) -> S.TrialPublic:
-    """A trial; its error's full text only when ``private`` (a token holder: api.security)."""
-    t = state.repo.get_trial(trial_id)
-    if t is None:
-        raise not_found("trial", trial_id)
-    return trial_public(t, private=private)
 
 
 def trial_public(t: dict, *, private: bool = False) -> S.TrialPublic:

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     # contend for the GIL and outnumber the connection pool, so each request pays for pool
     # churn (bench/results/read_scale.md). The pool is sized to hold them all.
     api_threads: int = Field(default=8, ge=1, le=128)
+    # Replay cached anonymous reads before routing while the database is unchanged
+    # (api.fastlane). Off: every read goes through its route (to compare, or to rule it out).
+    fast_lane: bool = True
     # A study's estimated cost (trials x epochs x the preset's per-epoch seconds, scaled by model
     # size overrides) must stay under this many trial-seconds, or creation answers 422.
     max_study_trial_seconds: float = Field(default=250_000.0, gt=0)

@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from normfree import __version__
-from normfree.api import errors, security
+from normfree.api import errors, fastlane, security
 from normfree.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,8 @@ def create_app(
         try:
             yield
         finally:
+            if lane is not None:
+                await lane.aclose()
             state.close()
 
     app = FastAPI(
@@ -134,6 +136,14 @@ def create_app(
     # Outermost: the headers reach every answer, the body limit's 413 included.
     app.add_middleware(security.SecurityHeadersMiddleware)
     app.state.parse_limiter = security.RateLimiter(settings.anonymous_parses_per_minute)
+    # Outside even the security headers: it replays answers as they were finally sent.
+    lane = fastlane.generation_for(state.db.url) if settings.fast_lane else None
+    app.add_middleware(
+        fastlane.FastLane,
+        generation=lane,
+        local=lambda: services.ENRICHER.epoch,
+        enabled=lambda: settings.public_reads,
+    )
 
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 

@@ -31,6 +31,7 @@ from fastapi import Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree import __version__
+from normfree.api import fastlane
 
 # Responses a client must revalidate before reuse (the ETag makes that a cheap 304).
 CACHE_CONTROL = "no-cache"
@@ -168,13 +169,16 @@ def respond(
     *,
     status_code: int = 200,
     store: bool = True,
+    replay: bool = True,
 ) -> Response:
     """A 304 when the client holds ``key``'s ETag, else the cached (or built) body.
 
     The body is gzipped once per entry for clients that accept it (boards are 100-200 kB of
     JSON or HTML, a sixth of that compressed). ``store=False`` builds every time and keeps
     nothing: for reads that are cheap, scale-free and rarely repeated (one trial of thousands),
-    which would only push the shared entries out.
+    which would only push the shared entries out. ``replay``: a fresh stored answer may be
+    replayed by the fast lane while the database is unchanged (``api.fastlane``); off for a
+    key that also depends on something outside the database and the analyses.
     """
     etag = etag_of(key)
     headers = _headers(etag)
@@ -184,6 +188,8 @@ def respond(
         served, hit = cache.lookup(key, build)
         if served != key:  # another request is building the newer version: the latest one
             headers["ETag"] = etag_of(served)
+        elif replay and status_code == 200:
+            fastlane.allow(request.scope)
     else:
         hit = build()
     return _encoded(request, hit, headers, status_code)
@@ -225,6 +231,7 @@ async def serve(
     build: Callable[[], Cached],
     *,
     store: bool = True,
+    replay: bool = True,
 ) -> Response:
     """:func:`respond` for ``async`` routes: a hit is answered on the event loop, a miss is
     built in the thread pool.
@@ -237,8 +244,10 @@ async def serve(
     if store:
         fast = answer_from_cache(request, cache, key)
         if fast is not None:
+            if replay:
+                fastlane.allow(request.scope)
             return fast
-    return await run_in_threadpool(respond, request, cache, key, build, store=store)
+    return await run_in_threadpool(respond, request, cache, key, build, store=store, replay=replay)
 
 
 def json_body(model: Any) -> Cached:

@@ -138,6 +138,12 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
     return (("study", study_id), (stamp, active, versions))
 
 
+def driven(key: Key) -> bool:
+    """Whether a study's key (or one derived from it) says this process drives the study: its
+    answer then also follows the driver, which the fast lane cannot see (``api.fastlane``)."""
+    return bool(key[1][1])
+
+
 # -- a candidate's results ------------------------------------------------------------------------
 
 

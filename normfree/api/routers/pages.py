@@ -215,7 +215,9 @@ async def page_study(
             )
         )
 
-    return await cache.serve(request, state.cache, key, build)
+    # a driver's error lives in this process only: such a page is never replayed
+    replay = error is None and not reads.driven(key)
+    return await cache.serve(request, state.cache, key, build, replay=replay)
 
 
 @router.get("/studies/{study_id}/figure.json", name="page_study_figure")
@@ -229,7 +231,7 @@ async def page_study_figure(
         return cache.Cached(fig.to_json().encode(), "application/json")
 
     key = reads.derived("study-figure", await reads.keyed(state, reads.study_key, state, study_id))
-    return await cache.serve(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse, name="page_trial")

@@ -71,6 +71,7 @@ async def get_study(
         state.cache,
         key,
         lambda: cache.json_body(services.get_study(state, study_id, trials=False)),
+        replay=not reads.driven(key),
     )
 
 

@@ -1,0 +1,265 @@
+"""The fast lane: a cached read's exact answer replayed before routing while nothing changed.
+
+Why: at 32 concurrent clients on two cores, a cached leaderboard still spent most of its time
+outside the cache: FastAPI's routing and dependencies, a pooled SQLAlchemy transaction for the
+key's version query, building the response (bench/results/read_scale.md). None of that is
+needed when the database has not changed since the same request was last answered. So this
+ASGI middleware, outermost, keeps the bytes and headers of answers the routes marked as
+replayable (:func:`allow`: a fresh, cacheable 200 built by ``api.cache``), stamped with the
+database's *generation* read at the request's start and the process's local epoch (the
+function analyses done so far, ``api.enrich``). A later identical request whose stamp is the
+same gets those bytes back without touching the app.
+
+It is exact, not a time-to-live: a generation changes whenever any connection commits. The
+stamp is read *before* the app computes its key, so an entry can only be older than its
+stamp, never newer; an equal stamp later means no commit happened in between.
+
+- SQLite (:class:`SqliteGeneration`): ``PRAGMA data_version`` on a dedicated read-only
+  connection, microseconds on the event loop; it changes when any other connection (this
+  process's pool, a Ray worker, the CLI) commits.
+- PostgreSQL (:class:`PostgresGeneration`): the current snapshot (``pg_current_snapshot()``,
+  which changes when a transaction takes an id or finishes), read on an async connection.
+  Requests that arrive while one such query is in flight share the *next* one, so under load
+  one round trip serves many requests and none is answered from a snapshot taken before it
+  arrived.
+
+Only anonymous ``GET`` requests take the lane (no ``Authorization``, ``Cookie`` or
+``If-None-Match``: a token holder may see another body, and a conditional request goes the
+usual way to its 304), and only while reads are public. Memory is bounded by bytes (LRU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+SCOPE_KEY = "normfree.fastlane"  # the per-request marker a route sets through allow()
+_SKIP = {b"authorization", b"cookie", b"if-none-match"}
+
+
+class _Marker:
+    """Set by a route when its answer may be replayed (it is the fresh answer for its key)."""
+
+    __slots__ = ("ok",)
+
+    def __init__(self) -> None:
+        self.ok = False
+
+
+def allow(scope: Scope) -> None:
+    """Mark this request's answer as replayable (no-op outside the fast lane)."""
+    marker = scope.get(SCOPE_KEY)
+    if marker is not None:
+        marker.ok = True
+
+
+@dataclass
+class _Entry:
+    stamp: Hashable
+    start: Message
+    body: Message
+    size: int
+
+
+class SqliteGeneration:
+    """``PRAGMA data_version`` of a SQLite file, on a connection of its own (never written)."""
+
+    def __init__(self, path: str) -> None:
+        uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+
+    async def __call__(self) -> Hashable:
+        with self._lock:
+            return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    async def aclose(self) -> None:
+        self._conn.close()
+
+
+class PostgresGeneration:
+    """The server's current snapshot, one async query shared by the requests waiting for it.
+
+    A request may use a query's answer only if the query started after the request arrived
+    (else a commit between the query's start and the request's arrival could be missed), so a
+    request arriving during a query waits for the next one; at most one query runs at a time.
+    A failed query answers None (no fast lane for that request) and reconnects next time.
+    """
+
+    def __init__(self, url: str) -> None:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        self._conninfo = {
+            k: v
+            for k, v in {
+                "host": u.host,
+                "port": u.port,
+                "user": u.username,
+                "password": u.password,
+                "dbname": u.database,
+                **{k: str(v) for k, v in u.query.items()},
+            }.items()
+            if v is not None
+        }
+        self._conn: Any = None
+        self._next: asyncio.Future[Hashable | None] | None = None
+        self._running = False
+        self._driver: asyncio.Future[None] | None = None
+
+    async def _query(self) -> Hashable | None:
+        import psycopg
+
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await psycopg.AsyncConnection.connect(
+                    autocommit=True, **self._conninfo
+                )
+            cur = await self._conn.execute("SELECT pg_current_snapshot()::text")
+            row = await cur.fetchone()
+            return row[0] if row else None
+        except Exception:  # the lane is an optimisation: the usual path still answers
+            if self._conn is not None:
+                await self._conn.close()
+            self._conn = None
+            return None
+
+    async def __call__(self) -> Hashable | None:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        mine = self._next
+        if not self._running:
+            self._running = True
+            self._driver = asyncio.ensure_future(self._drive())
+        return await mine
+
+    async def _drive(self) -> None:
+        """Run queries back to back while requests wait, each for the ones that came before
+        it started."""
+        try:
+            while self._next is not None:
+                batch, self._next = self._next, None
+                batch.set_result(await self._query())
+        finally:
+            self._running = False
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            await conn.close()
+
+
+Generation = Callable[[], Awaitable[Hashable | None]]
+
+
+class FastLane:
+    """ASGI middleware: replay a marked answer while its (generation, local epoch) holds."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        generation: Generation | None,
+        local: Callable[[], Hashable] = lambda: None,
+        enabled: Callable[[], bool] = lambda: True,
+        max_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.app = app
+        self.generation = generation
+        self.local = local
+        self.enabled = enabled
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.stored = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.generation is None
+            or scope["type"] != "http"
+            or scope["method"] != "GET"
+            or not self.enabled()
+        ):
+            await self.app(scope, receive, send)
+            return
+        gz = False
+        host = b""
+        for name, value in scope["headers"]:
+            if name in _SKIP:
+                await self.app(scope, receive, send)
+                return
+            if name == b"accept-encoding" and b"gzip" in value:
+                gz = True
+            elif name == b"host":  # pages print absolute links from it
+                host = value
+        generation = await self.generation()
+        if generation is None:
+            await self.app(scope, receive, send)
+            return
+        stamp = (generation, self.local())
+        key = (scope["path"], scope["query_string"], gz, host, scope.get("scheme"))
+        entry = self._entries.get(key)
+        if entry is not None and entry.stamp == stamp:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            await send(entry.start)
+            await send(entry.body)
+            return
+        marker = scope[SCOPE_KEY] = _Marker()
+        start: Message | None = None
+        parts: list[bytes] = []
+        complete = False
+
+        async def capture(message: Message) -> None:
+            nonlocal start, complete
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                parts.append(message.get("body", b""))
+                complete = not message.get("more_body", False)
+            await send(message)
+
+        await self.app(scope, receive, capture)
+        if marker.ok and complete and start is not None and start["status"] == 200:
+            body = b"".join(parts)
+            message = {"type": "http.response.body", "body": body}
+            self._store(key, _Entry(stamp, start, message, len(body)))
+
+    def _store(self, key: Hashable, entry: _Entry) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old.size
+        if entry.size > self.max_bytes // 8:
+            return
+        self._entries[key] = entry
+        self._bytes += entry.size
+        self.stored += 1
+        while self._bytes > self.max_bytes:
+            _k, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.size
+
+
+def generation_for(url: str) -> SqliteGeneration | PostgresGeneration | None:
+    """The generation source for a database URL; None where there is none (an in-memory
+    SQLite database, another backend): the lane then stays closed."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        path = u.database
+        if not path or path == ":memory:" or u.query.get("mode") == "memory":
+            return None
+        if not Path(path).exists():
+            return None
+        return SqliteGeneration(path)
+    if u.get_backend_name() == "postgresql":
+        return PostgresGeneration(url)
+    return None

@@ -1,0 +1,181 @@
+"""The fast lane (api.fastlane): cached answers replayed before routing, exactly while the
+database is unchanged, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from normfree.api import fastlane
+from normfree.specs import NormSpec
+from tests.api.conftest import Api, wait_for_analyses
+from tests.api.test_reads import _finish, _study
+
+
+def lane_of(app: Any) -> fastlane.FastLane:
+    """The app's FastLane instance (Starlette builds the middleware stack on first use)."""
+    node = app.middleware_stack
+    while node is not None and not isinstance(node, fastlane.FastLane):
+        node = getattr(node, "app", None)
+    assert node is not None, "no FastLane in the middleware stack"
+    return node
+
+
+def _comparable(r: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
+    headers = sorted((k, v) for k, v in r.headers.items() if k != "date")
+    return r.status_code, r.content, headers
+
+
+@pytest.mark.postgres
+def test_replays_the_routes_answer_until_a_write(
+    make_api: Callable[..., Api], database_url: str
+) -> None:
+    api = make_api(database_url, prescreen=False)
+    c, repo = api.client, api.repo
+    sid = _study(repo, [NormSpec(name="erf"), NormSpec(name="layernorm")])
+    _finish(repo, sid, limit=2)
+    wait_for_analyses(api)
+    urls = ["/api/leaderboards/vit-tiny", "/?proxy=vit-tiny", f"/api/studies/{sid}?trials=false",
+            f"/studies/{sid}", "/api/candidates"]  # fmt: skip
+    for u in urls:
+        c.get(u)
+    wait_for_analyses(api)  # the first answers queued analyses: each one moves the epoch
+    first = {u: c.get(u) for u in urls}
+    lane = lane_of(api.app)
+    hits = lane.hits
+    again = {u: c.get(u) for u in urls}
+    assert lane.hits == hits + len(urls)  # every one replayed
+    for u in urls:  # byte for byte, headers included (security headers, ETag, gzip)
+        assert first[u].status_code == 200, u
+        assert _comparable(again[u]) == _comparable(first[u]), u
+    assert again["/?proxy=vit-tiny"].headers["content-encoding"] == "gzip"
+    # a worker (another connection) finishes the study: nothing stale is replayed
+    _finish(repo, sid)
+    board = c.get("/api/leaderboards/vit-tiny")
+    assert lane.hits == hits + len(urls)
+    assert sum(r["n_total"] for r in board.json()["rows"]) == 4
+    summary = c.get(f"/api/studies/{sid}?trials=false").json()
+    assert summary["progress"]["complete"] == 4
+    assert c.get("/api/leaderboards/vit-tiny").content == board.content
+    assert lane.hits == hits + len(urls) + 1  # the new answer is replayed in turn
+
+
+def test_only_anonymous_unconditional_reads_take_the_lane(api: Api) -> None:
+    c = api.client
+    first = c.get("/api/candidates")
+    lane = lane_of(api.app)
+    hits = lane.hits
+    assert c.get("/api/candidates", headers=api.auth).status_code == 200  # a token holder
+    conditional = c.get("/api/candidates", headers={"If-None-Match": first.headers["etag"]})
+    assert conditional.status_code == 304  # the usual way, to its 304
+    assert c.get("/api/version").status_code == 200  # not marked by its route: never stored
+    assert c.get("/api/version").status_code == 200
+    assert lane.hits == hits
+    assert c.get("/api/candidates").content == first.content
+    assert lane.hits == hits + 1
+    # other encodings and hosts are other entries (pages print absolute links from the host)
+    plain = c.get("/api/candidates", headers={"Accept-Encoding": "identity"})
+    assert plain.json() == first.json() and "content-encoding" not in plain.headers
+    assert lane.hits == hits + 1
+
+
+def test_closed_when_reads_are_private(make_api: Callable[..., Api], sqlite_database_url: str):
+    api = make_api(sqlite_database_url, public_reads=False)
+    for _ in range(3):
+        assert api.client.get("/api/candidates", headers=api.auth).status_code == 200
+        assert api.client.get("/api/candidates").status_code == 401
+    lane = lane_of(api.app)
+    assert (lane.hits, lane.stored) == (0, 0)
+
+
+def test_off_by_setting(make_api: Callable[..., Api], sqlite_database_url: str) -> None:
+    api = make_api(sqlite_database_url, fast_lane=False)
+    for _ in range(3):
+        assert api.client.get("/api/candidates").status_code == 200
+    assert lane_of(api.app).hits == 0
+
+
+def test_a_new_analysis_closes_the_lane_for_boards(api: Api) -> None:
+    """A board also depends on the analyses this process has done (api.enrich's epoch)."""
+    from normfree.api import services
+
+    c = api.client
+    c.get("/api/leaderboards/vit-tiny")
+    lane = lane_of(api.app)
+    for _ in range(100):  # until the start-up analyses (another thread) leave the epoch alone
+        wait_for_analyses(api)
+        hits = lane.hits
+        c.get("/api/leaderboards/vit-tiny")
+        if lane.hits == hits + 1:
+            break
+    assert lane.hits == hits + 1
+    services.ENRICHER.get("shift_v(tanh, 0.3125)")  # analysed by no other test: a new epoch
+    c.get("/api/leaderboards/vit-tiny")
+    assert lane.hits == hits + 1
+
+
+def test_sqlite_generation_follows_other_connections(tmp_path: Any) -> None:
+    path = tmp_path / "g.db"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    gen = fastlane.generation_for(f"sqlite:///{path}")
+    assert isinstance(gen, fastlane.SqliteGeneration)
+
+    async def read() -> Any:
+        return await gen()
+
+    g0 = asyncio.run(read())
+    with engine.connect() as conn:
+        conn.execute(text("SELECT * FROM t")).all()  # a read is not a change
+    assert asyncio.run(read()) == g0
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+    g1 = asyncio.run(read())
+    assert g1 != g0
+    assert asyncio.run(read()) == g1
+    asyncio.run(gen.aclose())
+    engine.dispose()
+    assert fastlane.generation_for("sqlite://") is None  # in memory: no lane
+
+
+@pytest.mark.postgres
+def test_postgres_generation_is_shared_and_never_older_than_the_request(
+    postgres_database_url: str,
+) -> None:
+    from normfree.storage import normalize_url
+
+    url = normalize_url(postgres_database_url)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    gen = fastlane.generation_for(url)
+    assert isinstance(gen, fastlane.PostgresGeneration)
+    queries = 0
+    real = gen._query
+
+    async def counted() -> Any:
+        nonlocal queries
+        queries += 1
+        return await real()
+
+    gen._query = counted  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        before = await gen()
+        assert before is not None and await gen() == before  # nothing committed
+        n0 = queries
+        many = await asyncio.gather(*(gen() for _ in range(50)))
+        assert len(set(many)) == 1 and queries - n0 <= 2  # one round trip serves them all
+        with engine.begin() as conn:  # a commit elsewhere, then a request: a new snapshot
+            conn.execute(text("INSERT INTO t VALUES (1)"))
+        after = await gen()
+        assert after != before
+        await gen.aclose()
+
+    asyncio.run(scenario())
+    engine.dispose()

@@ -1,5 +1,5 @@
 """``python -m normfree``: the same command as the ``normfree`` script."""
 
-from normfree.cli import main
+from normfree.cli import run
 
-main(prog_name="normfree")
+run()

@@ -116,3 +116,27 @@ def test_demo_json(run):
     assert data["baselines"] == ["layernorm", "rmsnorm", "identity"]
     res = run("demo", "--catalog-only")
     assert res.exit_code == 0 and "24 candidates evaluated" in res.output
+
+
+def test_quick_commands_exit_early_with_their_output_and_status(tmp_path):
+    """``python -m normfree`` ends quick commands with os._exit (cli.run): the whole output
+    still arrives, and the exit status is the command's."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NORMFREE_DATABASE_URL": f"sqlite:///{tmp_path / 'n.db'}"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "normfree", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+    ok = cli("candidates", "check", "u/(7+abs(u))", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["properties"]["bounded"] is True
+    bad = cli("candidates", "check", "u+", "--json")
+    assert bad.returncode == 2 and "error" in json.loads(bad.stdout)
+    missing = cli("candidates", "show", "no-such-function")
+    assert missing.returncode != 0 and "no-such-function" in missing.stderr + missing.stdout
+    listed = cli("candidates", "list", "--json")
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)["candidates"]) >= 16

@@ -26,6 +26,7 @@ counter in its own transaction, so a reader that sees the new counter also sees 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -280,10 +281,17 @@ def bump(session: Any, scope: str) -> None:
     )
 
 
+@functools.cache
+def _versions_query() -> Any:
+    """Built once: every API read runs it, and building it cost as much as running it."""
+    v = ReadVersionRow.__table__
+    return sa.select(v.c.scope, v.c.version).where(
+        v.c.scope.in_(sa.bindparam("scopes", expanding=True))
+    )
+
+
 def read_versions(session: Any, scopes: Iterable[str]) -> dict[str, int]:
     """The current version of each scope (0 for a scope never bumped)."""
     wanted = sorted(set(scopes))
-    v = ReadVersionRow.__table__
-    rows = session.execute(sa.select(v.c.scope, v.c.version).where(v.c.scope.in_(wanted)))
-    found = {scope: version for scope, version in rows}
+    found = dict(session.execute(_versions_query(), {"scopes": wanted}).all())
     return {s: int(found.get(s, 0)) for s in wanted}

@@ -9,6 +9,7 @@ snapshot and none pays for an ORM session.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -123,6 +124,19 @@ def trial_page(
     return rows, (rows[-1]["id"] if more and rows else None)
 
 
+@functools.cache
+def _trial_queries() -> tuple[Any, Any, Any]:
+    """A trial's three queries, built once with a bound id: building a statement per call
+    (SQLAlchemy's coercions and cache key) cost as much as running it."""
+    t, m, d = TrialRow.__table__, TrialMetricRow.__table__, TrialDiagnosticRow.__table__
+    tid = sa.bindparam("tid")
+    return (
+        sa.select(t).where(t.c.id == tid),
+        sa.select(m).where(m.c.trial_id == tid).order_by(m.c.epoch),
+        sa.select(d).where(d.c.trial_id == tid).order_by(d.c.epoch, d.c.layer),
+    )
+
+
 def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
     """One trial with ``curves`` (per epoch), ``diagnostics`` (per epoch and layer) and
     ``updated_at`` (its stamp, with ``status``). None: no such trial.
@@ -130,14 +144,13 @@ def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
     Three Core queries by key, not an ORM load: the API builds one trial per request (a
     trial page is rarely read twice), and building ORM objects cost several times the
     queries (bench/bench_read_scale.py, the ``trial`` endpoint)."""
-    t, m, d = TrialRow.__table__, TrialMetricRow.__table__, TrialDiagnosticRow.__table__
-    row = conn.execute(sa.select(t).where(t.c.id == trial_id)).first()
+    one, metrics, diags = _trial_queries()
+    bound = {"tid": trial_id}
+    row = conn.execute(one, bound).first()
     if row is None:
         return None
-    curves = conn.execute(sa.select(m).where(m.c.trial_id == trial_id).order_by(m.c.epoch)).all()
-    diagnostics = conn.execute(
-        sa.select(d).where(d.c.trial_id == trial_id).order_by(d.c.epoch, d.c.layer)
-    ).all()
+    curves = conn.execute(metrics, bound).all()
+    diagnostics = conn.execute(diags, bound).all()
     out = _trial_dict(row, details=True, curves=curves, diagnostics=diagnostics)
     out["updated_at"] = row.updated_at.isoformat()
     return out

@@ -7,6 +7,7 @@ expression language limits, the kernel node set, the domain rule and the exact d
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -130,13 +131,24 @@ class Candidate:
 
         return torch_fn(self, derivative=derivative)
 
+    @functools.cached_property
+    def expr_text(self) -> str:
+        """``str(expr)``, printed once: sympy's printer cost more than the rest of an API
+        answer for a known formula (a resubmission reuses its parsed candidate)."""
+        return str(self.expr)
+
+    @functools.cached_property
+    def derivative_text(self) -> str:
+        """``str(derivative)``, printed once (see :attr:`expr_text`)."""
+        return str(self.derivative)
+
     def to_dict(self, with_properties: bool = True) -> dict[str, Any]:
         """JSON-ready summary (CLI ``--json``, API, storage)."""
         out: dict[str, Any] = {
             "name": self.name,
             "formula": self.formula,
-            "expr": str(self.expr),
-            "derivative": str(self.derivative),
+            "expr": self.expr_text,
+            "derivative": self.derivative_text,
             "canonical": self.canonical,
             "fingerprint": self.fingerprint,
             "lineage": self.lineage.model_dump(mode="json"),

@@ -15,6 +15,7 @@ Two complementary tests, because neither is enough alone:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -93,8 +94,17 @@ def fingerprint(expr: sympy.Expr) -> str:
     return hashlib.sha256(",".join(parts).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=4096)
+def _probe_cached(expr: sympy.Expr) -> np.ndarray:
+    values = probe_values(expr)
+    values.setflags(write=False)  # shared between callers
+    return values
+
+
 def _values(c: Candidate) -> np.ndarray:
-    return probe_values(c.expr)
+    """Probe values by expression, remembered: a duplicate search compares one candidate with
+    every catalog entry, whose values never change (most of an API submission's time)."""
+    return _probe_cached(c.expr)
 
 
 def same_function(a: Candidate, b: Candidate) -> bool:

@@ -238,7 +238,7 @@ async def serve(
 
     Why: a hit costs a few microseconds, while handing a request to the thread pool and back
     costs more than that under load (and every sync route and dependency pays it). The routes
-    compute the key before calling this, through ``api.reads.keyed``: on the loop for SQLite,
+    compute the key before calling this, through ``api.reads.small_read``: on the loop for SQLite,
     in the thread pool for a server database.
     """
     if store:

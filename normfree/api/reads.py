@@ -35,11 +35,14 @@ def _versions(conn: Any, *scopes: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(reads.versions(conn, [*scopes, "database"]).items()))
 
 
-async def keyed(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``: a key's small version query, where it costs least.
+async def small_read(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``: a small read (a key's version query, one trial by id), where it costs
+    least.
 
-    On SQLite it runs on the event loop: microseconds, inside this process, never waiting on a
-    writer (WAL). On a server database it is a round trip to another process, which on a small
+    On SQLite it runs on the event loop: a millisecond at most, inside this process, never
+    waiting on a writer (WAL); in the thread pool the hand-off and the GIL passing between
+    threads cost more than the read (a trial read under 32 clients: 4.8 ms of server CPU).
+    On a server database it is a round trip to another process, which on a small
     machine waits for that process to be scheduled: run on the loop, every request in flight
     waited too (PostgreSQL leaderboard p99 462 ms at 32 clients, bench/results/read_scale.md),
     so it goes to the thread pool, one hand-off per request.

@@ -85,7 +85,7 @@ async def list_candidates(
     """The catalog and stored user candidates, filtered by group, properties, source, name.
 
     Cached until a candidate is stored; sends an ETag (``If-None-Match`` answers 304)."""
-    key = await reads.keyed(
+    key = await reads.small_read(
         state, reads.candidates_key, state, group, tuple(properties or ()), source, q
     )
     return await cache.serve(

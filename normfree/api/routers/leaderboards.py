@@ -30,7 +30,9 @@ async def get_leaderboard(
 
     Built from per-arm summaries and cached until one of the proxy's trials finishes; sends an
     ETag (``If-None-Match`` answers 304)."""
-    key = await reads.keyed(state, reads.leaderboard_key, state, proxy, group, properties, study_id)
+    key = await reads.small_read(
+        state, reads.leaderboard_key, state, proxy, group, properties, study_id
+    )
 
     def build() -> cache.Cached:
         board = reads.leaderboard(

@@ -99,7 +99,7 @@ async def page_leaderboard(
         versions = (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1])
         return proxies, shown, lb_key, (family, versions)
 
-    proxies, proxy, lb_key, key = await reads.keyed(state, keys)
+    proxies, proxy, lb_key, key = await reads.small_read(state, keys)
 
     def build() -> cache.Cached:
         board = None
@@ -187,7 +187,7 @@ async def page_study(
     trial table loads a page at a time from ``/api/studies/{id}/trials``. Cached like the
     study's summary."""
     error = state.runner.errors.get(study_id) if state.runner else None
-    study = await reads.keyed(state, reads.study_key, state, study_id)
+    study = await reads.small_read(state, reads.study_key, state, study_id)
     key = reads.derived("page-study", study, str(request.base_url), error)
 
     def build() -> cache.Cached:
@@ -230,7 +230,9 @@ async def page_study_figure(
         fig = _study_figure(services.get_study(state, study_id, trials=False))
         return cache.Cached(fig.to_json().encode(), "application/json")
 
-    key = reads.derived("study-figure", await reads.keyed(state, reads.study_key, state, study_id))
+    key = reads.derived(
+        "study-figure", await reads.small_read(state, reads.study_key, state, study_id)
+    )
     return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))
 
 

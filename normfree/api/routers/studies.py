@@ -65,7 +65,7 @@ async def get_study(
     finishes or its status changes, and sends an ETag (``If-None-Match`` answers 304)."""
     if trials:
         return await run_in_threadpool(services.get_study, state, study_id)
-    key = await reads.keyed(state, reads.study_key, state, study_id)
+    key = await reads.small_read(state, reads.study_key, state, study_id)
     return await cache.serve(
         request,
         state.cache,

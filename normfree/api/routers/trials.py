@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, reads, security, services
 from normfree.api.deps import IdPath, Reader, StateDep
@@ -24,9 +23,10 @@ async def get_trial(
     gets the full text (traceback included) after it."""
 
     def answer() -> Response:
-        # one hand-off to the thread pool and one transaction for the key and the trial: a
-        # trial is rarely read twice, so its body is built each time and never stored; the
-        # token check (a database read when a token is sent) runs here too, off the loop
+        # one transaction for the key and the trial, where small reads run (on the loop for
+        # SQLite, else in the thread pool): a trial is rarely read twice, so its body is built
+        # each time and never stored; the token check (a database read when a token is sent)
+        # runs here too
         private = security.is_token_holder(request)
         key, trial = reads.trial_read(state, trial_id)
         if private:  # a different body: a different ETag
@@ -39,4 +39,4 @@ async def get_trial(
             store=False,
         )
 
-    return await run_in_threadpool(answer)
+    return await reads.small_read(state, answer)

@@ -17,7 +17,9 @@ endpoint, each run bounded by a request count and a time cap:
 - writes under read load: a separate process leases and finishes trials one at a time (the
   trial-write latency), alone and then while the clients read the endpoints above in turn.
 
-No client sends ``If-None-Match``: every answer carries its full body (gzipped: clients send
+After the warm-up (and its writes) every read is asked once more, so the timed runs read an
+unchanged database, as dashboards do between trials; reads while a worker writes are the last
+phase. No client sends ``If-None-Match``: every answer carries its full body (gzipped: clients send
 ``Accept-Encoding: gzip`` as browsers do, and do not decompress). Reported per endpoint and
 scale: count, errors, p50/p90/p99/max in ms, requests/s, and the 10k -> 100k ratio of p50 and
 p99. The machine is shared: compare figures inside one run.
@@ -451,6 +453,23 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
                 if r.status_code != 202:
                     break
                 time.sleep(0.5)
+
+        async def again() -> None:
+            """The warm-up wrote (submissions, their prescreens), and a commit closes the fast
+            lane (api.fastlane) until each read is answered once through its route: ask each
+            once more, so the timed runs read an unchanged database. Reads while a worker
+            writes are measured apart (``readers_during_writes``)."""
+            c = Client(host, port_i)
+            for sid in info["study_ids"]:
+                await c.request("GET", f"/api/studies/{sid}?trials=false")
+                await c.request("GET", f"/studies/{sid}")
+            for name, make in eps.items():
+                if name != "submit":
+                    m, path, body, _ok = make(0)
+                    await c.request(m, path, body)
+            await c.close()
+
+        asyncio.run(again())
         out["warm_up_s"] = round(time.perf_counter() - t0, 1)
         out["cold"] = cold
 
@@ -513,6 +532,29 @@ def _database(backend: str, tmp: str) -> tuple[str, Any]:
     return url, lambda: drop_database(url)
 
 
+def _copy_database(source: str, target: str, tmp: str, n: int) -> str:
+    """A copy of the seeded database ``source`` to measure on (the source stays as it is):
+    SQLite, a file copy in ``tmp``; PostgreSQL, the run's database ``target`` recreated from
+    ``source`` as its template."""
+    if not source.startswith("postgresql"):
+        copy = Path(tmp) / f"seeded-{n}.db"
+        shutil.copyfile(source.removeprefix("sqlite:///"), copy)
+        return f"sqlite:///{copy}"
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from normfree.storage import drop_database, normalize_url
+
+    drop_database(target)
+    server = make_url(normalize_url(target)).set(database="postgres")
+    engine = create_engine(server, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        name, src = make_url(target).database, make_url(normalize_url(source)).database
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{src}"')
+    engine.dispose()
+    return target
+
+
 def _ids(url: str) -> dict[str, Any]:
     from sqlalchemy import func, select
 
@@ -544,9 +586,9 @@ def main() -> None:
     ap.add_argument(
         "--seeded",
         default=None,
-        help="SQLite files seeded earlier (e.g. by a run's seed_to), one per scale, comma-"
-        "separated: each is copied and topped up to its scale (seeding 100k trials takes 25-40 "
-        "min on two cores; the files are never changed)",
+        help="databases seeded earlier, one per scale, comma-separated (one backend): SQLite "
+        "files or PostgreSQL URLs, each copied (a file copy; CREATE DATABASE ... TEMPLATE) and "
+        "the copy topped up to its scale; seeding 100k trials takes 25-40 min on two cores",
     )
     args = ap.parse_args()
     backends = (args.backends or ("sqlite" if args.quick else "sqlite,postgresql")).split(",")
@@ -560,9 +602,9 @@ def main() -> None:
     args.max_seconds = args.max_seconds or (1.0 if args.quick else 60.0)
     args.writes = args.writes or (10 if args.quick else 200)
 
-    seeded_files = args.seeded.split(",") if args.seeded else []
-    if seeded_files and (backends != ["sqlite"] or len(seeded_files) != len(scales)):
-        ap.error("--seeded takes one SQLite file per scale, with --backends sqlite")
+    seeded_from = args.seeded.split(",") if args.seeded else []
+    if seeded_from and (len(backends) != 1 or len(seeded_from) != len(scales)):
+        ap.error("--seeded takes one database per scale, with one backend")
     t_start = time.perf_counter()
     runs: dict[str, Any] = {}
     for backend in backends:
@@ -571,13 +613,11 @@ def main() -> None:
             try:
                 per_scale: dict[str, Any] = {}
                 for i, n in enumerate(scales):
-                    if seeded_files:
-                        copy = Path(tmp) / f"seeded-{n}.db"
-                        shutil.copyfile(seeded_files[i], copy)
-                        url = f"sqlite:///{copy}"
+                    if seeded_from:
+                        url = _copy_database(seeded_from[i], url, tmp, n)
                     seeded = seed_to(url, n, args.writers)
-                    if seeded_files:
-                        seeded["copied_from"] = seeded_files[i]
+                    if seeded_from:
+                        seeded["copied_from"] = seeded_from[i]
                     info = {**seeded, **_ids(url)}
                     print(f"[{backend}] seeded {seeded}", file=sys.stderr, flush=True)
                     m = measure(url, info, args)

@@ -178,7 +178,9 @@ class FastLane:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._bytes = 0
-        self.hits = 0
+        self._inflight: dict[Hashable, tuple[Hashable, asyncio.Future[None]]] = {}
+        self.hits = 0  # answered from an entry
+        self.shared = 0  # of which waited for the same read in flight
         self.stored = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -206,13 +208,41 @@ class FastLane:
             return
         stamp = (generation, self.local())
         key = (scope["path"], scope["query_string"], gz, host, scope.get("scheme"))
-        entry = self._entries.get(key)
-        if entry is not None and entry.stamp == stamp:
-            self._entries.move_to_end(key)
-            self.hits += 1
-            await send(entry.start)
-            await send(entry.body)
+        if await self._replay(key, stamp, send):
             return
+        pending = self._inflight.get(key)
+        if pending is not None and pending[0] == stamp:
+            # the same read at the same generation is on its way through the app: its answer
+            # is this request's too (at a miss, 32 clients would otherwise all take the slow
+            # path at once, each queueing for the thread pool)
+            await asyncio.shield(pending[1])
+            if await self._replay(key, stamp, send):
+                self.shared += 1
+                return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if pending is None or pending[0] != stamp:
+            self._inflight[key] = (stamp, done)
+        try:
+            await self._through(scope, receive, send, key, stamp)
+        finally:
+            done.set_result(None)
+            if self._inflight.get(key, (None, None))[1] is done:
+                del self._inflight[key]
+
+    async def _replay(self, key: Hashable, stamp: Hashable, send: Send) -> bool:
+        entry = self._entries.get(key)
+        if entry is None or entry.stamp != stamp:
+            return False
+        self._entries.move_to_end(key)
+        self.hits += 1
+        await send(entry.start)
+        await send(entry.body)
+        return True
+
+    async def _through(
+        self, scope: Scope, receive: Receive, send: Send, key: Hashable, stamp: Hashable
+    ) -> None:
+        """Answer through the app, keeping a marked fresh 200 for replay."""
         marker = scope[SCOPE_KEY] = _Marker()
         start: Message | None = None
         parts: list[bytes] = []

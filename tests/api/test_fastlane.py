@@ -179,3 +179,49 @@ def test_postgres_generation_is_shared_and_never_older_than_the_request(
 
     asyncio.run(scenario())
     engine.dispose()
+
+
+def test_concurrent_misses_share_one_pass_through_the_app() -> None:
+    """At a miss, requests for the same read at the same generation wait for the one already
+    going through the app and replay its answer; a request at a newer generation never does."""
+    calls = 0
+    generation = 1
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal calls
+        calls += 1
+        body = f"answer {calls} at {generation}".encode()
+        await asyncio.sleep(0.05)  # a slow route
+        fastlane.allow(scope)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    async def current() -> int:
+        return generation
+
+    lane = fastlane.FastLane(app, generation=current)
+
+    async def get() -> bytes:
+        scope = {"type": "http", "method": "GET", "path": "/x", "query_string": b"",
+                 "headers": [(b"host", b"h")], "scheme": "http"}  # fmt: skip
+        sent: list[dict] = []
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await lane(scope, None, send)
+        return b"".join(m.get("body", b"") for m in sent)
+
+    async def scenario() -> None:
+        nonlocal generation
+        bodies = await asyncio.gather(*(get() for _ in range(20)))
+        assert calls == 1 and set(bodies) == {b"answer 1 at 1"} and lane.shared == 19
+        generation = 2  # a commit: the next request goes through the app again
+        first = asyncio.ensure_future(get())
+        await asyncio.sleep(0.01)
+        generation = 3  # another commit while that one is in flight
+        late = await get()
+        assert await first == b"answer 2 at 2"
+        assert late == b"answer 3 at 3" and calls == 3
+
+    asyncio.run(scenario())

@@ -21,7 +21,8 @@ stamp, never newer; an equal stamp later means no commit happened in between.
   which changes when a transaction takes an id or finishes), read on an async connection.
   Requests that arrive while one such query is in flight share the *next* one, so under load
   one round trip serves many requests and none is answered from a snapshot taken before it
-  arrived.
+  arrived. Transaction ids are the server's, not the database's: on a server shared with
+  other busy databases the lane closes more often (never wrongly).
 
 Only anonymous ``GET`` requests take the lane (no ``Authorization``, ``Cookie`` or
 ``If-None-Match``: a token holder may see another body, and a conditional request goes the
@@ -31,8 +32,10 @@ usual way to its 304), and only while reads are public. Memory is bounded by byt
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -40,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
 
 SCOPE_KEY = "normfree.fastlane"  # the per-request marker a route sets through allow()
 _SKIP = {b"authorization", b"cookie", b"if-none-match"}
@@ -70,19 +75,41 @@ class _Entry:
 
 
 class SqliteGeneration:
-    """``PRAGMA data_version`` of a SQLite file, on a connection of its own (never written)."""
+    """``PRAGMA data_version`` of a SQLite file, on a connection of its own (never written).
+
+    Opened on first use and again after :meth:`aclose` (an app may be started and stopped more
+    than once, as tests do); an error answers None, which closes the lane for that request.
+    """
 
     def __init__(self, path: str) -> None:
-        uri = f"{Path(path).resolve().as_uri()}?mode=ro"
-        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        self._uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+        self._conn: sqlite3.Connection | None = None
+        self._opened = 0
         self._lock = threading.Lock()
 
-    async def __call__(self) -> Hashable:
+    async def __call__(self) -> Hashable | None:
         with self._lock:
-            return self._conn.execute("PRAGMA data_version").fetchone()[0]
+            try:
+                if self._conn is None:
+                    self._conn = sqlite3.connect(
+                        self._uri, uri=True, check_same_thread=False, isolation_level=None
+                    )
+                    self._opened += 1
+                # the value is the connection's own: a new one may repeat an old number
+                return (self._opened, self._conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error:
+                log.warning("fast lane: no data_version from SQLite", exc_info=True)
+                self._close()
+                return None
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     async def aclose(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._close()
 
 
 class PostgresGeneration:
@@ -91,7 +118,8 @@ class PostgresGeneration:
     A request may use a query's answer only if the query started after the request arrived
     (else a commit between the query's start and the request's arrival could be missed), so a
     request arriving during a query waits for the next one; at most one query runs at a time.
-    A failed query answers None (no fast lane for that request) and reconnects next time.
+    A failed query answers None (no fast lane for that request); the next try reconnects, a
+    second later at the earliest.
     """
 
     def __init__(self, url: str) -> None:
@@ -114,10 +142,14 @@ class PostgresGeneration:
         self._next: asyncio.Future[Hashable | None] | None = None
         self._running = False
         self._driver: asyncio.Future[None] | None = None
+        self._unsupported = False
+        self._retry_at = 0.0
 
     async def _query(self) -> Hashable | None:
         import psycopg
 
+        if self._unsupported or time.monotonic() < self._retry_at:
+            return None
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = await psycopg.AsyncConnection.connect(
@@ -126,7 +158,12 @@ class PostgresGeneration:
             cur = await self._conn.execute("SELECT pg_current_snapshot()::text")
             row = await cur.fetchone()
             return row[0] if row else None
+        except psycopg.errors.UndefinedFunction:  # PostgreSQL before 13: no lane, ever
+            self._unsupported = True
+            return None
         except Exception:  # the lane is an optimisation: the usual path still answers
+            log.warning("fast lane: no snapshot from PostgreSQL; retrying in 1 s", exc_info=True)
+            self._retry_at = time.monotonic() + 1.0  # no reconnect per request while it is down
             if self._conn is not None:
                 await self._conn.close()
             self._conn = None

@@ -32,6 +32,7 @@ usual way to its 304), and only while reads are public. Memory is bounded by byt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 
 SCOPE_KEY = "normfree.fastlane"  # the per-request marker a route sets through allow()
 _SKIP = {b"authorization", b"cookie", b"if-none-match"}
+# How long a request waits for the same read in flight before going through the app itself:
+# a cached read's slow path takes a few ms; a rebuild can take seconds.
+SHARE_WAIT_S = 0.05
 
 
 class _Marker:
@@ -252,7 +256,10 @@ class FastLane:
             # the same read at the same generation is on its way through the app: its answer
             # is this request's too (at a miss, 32 clients would otherwise all take the slow
             # path at once, each queueing for the thread pool)
-            await asyncio.shield(pending[1])
+            # but never for long: a rebuild may take seconds, and the route then answers at
+            # once with the read's previous version (api.cache), which the lane cannot
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pending[1]), SHARE_WAIT_S)
             if await self._replay(key, stamp, send):
                 self.shared += 1
                 return

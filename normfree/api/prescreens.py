@@ -56,14 +56,22 @@ def request(state: services.ServiceState, cand: Any, store_as: str | None) -> S.
 
 
 def _run(state: services.ServiceState, cand: Any) -> S.PrescreenPublic:
+    """Run, store on the waiting candidates, and only then answer it as known: a client that
+    sees the prescreen done (this process's cache) finds it stored too, from any process."""
+    out = S.PrescreenPublic(ok=False, status="failed", error="prescreen did not finish")
     try:
-        out = services.run_prescreen(cand)  # never raises: a crash is reported in ``error``
+        out = services.run_prescreen_uncached(cand)  # never raises: a crash is in ``error``
         if out.error is not None:
             out = out.model_copy(update={"status": "failed"})
+        with _LOCK:
+            names = set(_PENDING.get(cand.fingerprint, (None, set()))[1])
+        for name in sorted(names):
+            _store(state, name, out)
+        services.remember_prescreen(cand.fingerprint, out)
     finally:
         with _LOCK:
-            _future, names = _PENDING.pop(cand.fingerprint, (None, set()))
-    for name in sorted(names):
+            _future, later = _PENDING.pop(cand.fingerprint, (None, set()))
+    for name in sorted(later - names):  # added while the first ones were stored
         _store(state, name, out)
     return out
 

@@ -191,12 +191,13 @@ def test_concurrent_misses_share_one_pass_through_the_app() -> None:
     going through the app and replay its answer; a request at a newer generation never does."""
     calls = 0
     generation = 1
+    delay = fastlane.SHARE_WAIT_S / 5
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         nonlocal calls
         calls += 1
         body = f"answer {calls} at {generation}".encode()
-        await asyncio.sleep(0.05)  # a slow route
+        await asyncio.sleep(delay)  # a route's slow path
         fastlane.allow(scope)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": body})
@@ -223,11 +224,16 @@ def test_concurrent_misses_share_one_pass_through_the_app() -> None:
         assert calls == 1 and set(bodies) == {b"answer 1 at 1"} and lane.shared == 19
         generation = 2  # a commit: the next request goes through the app again
         first = asyncio.ensure_future(get())
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(delay / 2)
         generation = 3  # another commit while that one is in flight
         late = await get()
         assert await first == b"answer 2 at 2"
         assert late == b"answer 3 at 3" and calls == 3
+        # a rebuild (slower than the lane waits): the second request goes its own way, to
+        # the route's previous version, instead of waiting for the rebuild
+        delay, generation = fastlane.SHARE_WAIT_S * 4, 4
+        await asyncio.gather(get(), get())
+        assert calls == 5
 
     asyncio.run(scenario())
 

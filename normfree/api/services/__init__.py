@@ -29,7 +29,9 @@ from normfree.api.services.candidates import (
     list_candidates,
     matches_properties,
     property_flags,
+    remember_prescreen,
     run_prescreen,
+    run_prescreen_uncached,
     submit_candidate,
 )
 from normfree.api.services.leaderboards import (
@@ -85,8 +87,10 @@ __all__ = [
     "open_repository",
     "property_flags",
     "proxies_with_results",
+    "remember_prescreen",
     "revoke_token",
     "run_prescreen",
+    "run_prescreen_uncached",
     "study_key",
     "submit_candidate",
     "trial_public",

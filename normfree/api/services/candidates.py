@@ -200,16 +200,21 @@ def run_prescreen(candidate: Any) -> S.PrescreenPublic:
     Deterministic for a function (fixed seed), so a resubmission or a duplicate reuses the
     answer instead of spending seconds of CPU again.
     """
-    key = f"{PRESCREEN_PROXY}:{candidate.fingerprint}"
-    hit = _PRESCREEN_CACHE.get(key)
+    hit = cached_prescreen(candidate.fingerprint)
     if hit is not None:
         return hit
-    out = _run_prescreen(candidate)
-    if out.error is None:
-        if len(_PRESCREEN_CACHE) >= _PRESCREEN_CACHE_MAX:
-            _PRESCREEN_CACHE.pop(next(iter(_PRESCREEN_CACHE)))
-        _PRESCREEN_CACHE[key] = out
+    out = run_prescreen_uncached(candidate)
+    remember_prescreen(candidate.fingerprint, out)
     return out
+
+
+def remember_prescreen(fingerprint: str | None, out: S.PrescreenPublic) -> None:
+    """Keep a finished prescreen for later submissions of the function (not a failed one)."""
+    if out.error is not None or not fingerprint:
+        return
+    if len(_PRESCREEN_CACHE) >= _PRESCREEN_CACHE_MAX:
+        _PRESCREEN_CACHE.pop(next(iter(_PRESCREEN_CACHE)))
+    _PRESCREEN_CACHE[f"{PRESCREEN_PROXY}:{fingerprint}"] = out
 
 
 def cached_prescreen(fingerprint: str | None) -> S.PrescreenPublic | None:
@@ -219,7 +224,7 @@ def cached_prescreen(fingerprint: str | None) -> S.PrescreenPublic | None:
     return _PRESCREEN_CACHE.get(f"{PRESCREEN_PROXY}:{fingerprint}")
 
 
-def _run_prescreen(candidate: Any) -> S.PrescreenPublic:
+def run_prescreen_uncached(candidate: Any) -> S.PrescreenPublic:
     """The zero-cost prescreen, bounded to seconds; a failure is reported, never raised."""
     t0 = time.perf_counter()
     try:

@@ -219,7 +219,7 @@ def test_concurrent_misses_share_one_pass_through_the_app() -> None:
         return b"".join(m.get("body", b"") for m in sent)
 
     async def scenario() -> None:
-        nonlocal generation
+        nonlocal generation, delay
         bodies = await asyncio.gather(*(get() for _ in range(20)))
         assert calls == 1 and set(bodies) == {b"answer 1 at 1"} and lane.shared == 19
         generation = 2  # a commit: the next request goes through the app again

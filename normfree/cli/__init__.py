@@ -53,7 +53,7 @@ def run() -> None:
         code = exc.code
     else:
         code = 0
-    if tuple(a for a in sys.argv[1:3]) in QUICK_EXIT:
+    if tuple(sys.argv[1:3]) in QUICK_EXIT:
         status = code if isinstance(code, int) else (0 if code is None else 1)
         if not isinstance(code, int | None):
             print(code, file=sys.stderr)

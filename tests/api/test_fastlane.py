@@ -11,9 +11,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from normfree.api import fastlane
-from normfree.specs import NormSpec
 from tests.api.conftest import Api, wait_for_analyses
-from tests.api.test_reads import _finish, _study
+from tests.api.test_reads import _finish, half_finished
 
 
 def lane_of(app: Any) -> fastlane.FastLane:
@@ -34,11 +33,8 @@ def _comparable(r: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
 def test_replays_the_routes_answer_until_a_write(
     make_api: Callable[..., Api], database_url: str
 ) -> None:
-    api = make_api(database_url, prescreen=False)
+    api, sid = half_finished(make_api, database_url)
     c, repo = api.client, api.repo
-    sid = _study(repo, [NormSpec(name="erf"), NormSpec(name="layernorm")])
-    _finish(repo, sid, limit=2)
-    wait_for_analyses(api)
     urls = ["/api/leaderboards/vit-tiny", "/?proxy=vit-tiny", f"/api/studies/{sid}?trials=false",
             f"/studies/{sid}", "/api/candidates"]  # fmt: skip
     for u in urls:

@@ -218,7 +218,8 @@ def remember_prescreen(fingerprint: str | None, out: S.PrescreenPublic) -> None:
 
 
 def cached_prescreen(fingerprint: str | None) -> S.PrescreenPublic | None:
-    """The prescreen this process ran for a function, if any (results are not stored yet)."""
+    """The prescreen this process knows for a function, if any (the stored one is on the
+    candidate row: ``prescreens.status`` reads it first)."""
     if not fingerprint:
         return None
     return _PRESCREEN_CACHE.get(f"{PRESCREEN_PROXY}:{fingerprint}")

@@ -203,6 +203,11 @@ class TrialRow(Base):
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # The finished trial as ``storage.reads.trial_detail`` returns it (JSON text), written in
+    # the transaction that finishes it: a trial page then costs one row read whatever its
+    # curves and diagnostics hold. It carries its ``updated_at``; a later write to the row moves
+    # that (``onupdate``), and a document whose stamp differs from the row's is never used.
+    document: Mapped[str | None] = mapped_column(Text, deferred=True)
 
     study: Mapped[StudyRow] = relationship(back_populates="trials")
     curves: Mapped[list[TrialMetricRow]] = relationship(

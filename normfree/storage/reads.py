@@ -10,6 +10,7 @@ snapshot and none pays for an ORM session.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -125,13 +126,15 @@ def trial_page(
 
 
 @functools.cache
-def _trial_queries() -> tuple[Any, Any, Any]:
-    """A trial's three queries, built once with a bound id: building a statement per call
+def _trial_queries() -> tuple[Any, Any, Any, Any]:
+    """A trial's queries, built once with a bound id: building a statement per call
     (SQLAlchemy's coercions and cache key) cost as much as running it."""
     t, m, d = TrialRow.__table__, TrialMetricRow.__table__, TrialDiagnosticRow.__table__
     tid = sa.bindparam("tid")
+    rest = [c for c in t.c if c.name != "document"]
     return (
-        sa.select(t).where(t.c.id == tid),
+        sa.select(t.c.status, t.c.updated_at, t.c.document).where(t.c.id == tid),
+        sa.select(*rest).where(t.c.id == tid),
         sa.select(m).where(m.c.trial_id == tid).order_by(m.c.epoch),
         sa.select(d).where(d.c.trial_id == tid).order_by(d.c.epoch, d.c.layer),
     )
@@ -141,10 +144,25 @@ def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
     """One trial with ``curves`` (per epoch), ``diagnostics`` (per epoch and layer) and
     ``updated_at`` (its stamp, with ``status``). None: no such trial.
 
-    Three Core queries by key, not an ORM load: the API builds one trial per request (a
-    trial page is rarely read twice), and building ORM objects cost several times the
-    queries (bench/bench_read_scale.py, the ``trial`` endpoint)."""
-    one, metrics, diags = _trial_queries()
+    A finished trial's stored document (``TrialRow.document``) when its stamp is the row's:
+    one row read, whatever the trial's curves and diagnostics hold. Otherwise (a trial still
+    running, or finished before documents were stored) it is built by :func:`build_trial_detail`.
+    """
+    stamp, _one, _metrics, _diags = _trial_queries()
+    row = conn.execute(stamp, {"tid": trial_id}).first()
+    if row is None:
+        return None
+    if row.document is not None:
+        doc = json.loads(row.document)
+        if doc.get("updated_at") == row.updated_at.isoformat() and doc.get("status") == row.status:
+            return doc
+    return build_trial_detail(conn, trial_id)
+
+
+def build_trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
+    """:func:`trial_detail` from the trial's rows: three Core queries by key, not an ORM load
+    (building ORM objects cost several times the queries: bench/bench_read_scale.py)."""
+    _stamp, one, metrics, diags = _trial_queries()
     bound = {"tid": trial_id}
     row = conn.execute(one, bound).first()
     if row is None:
@@ -154,6 +172,23 @@ def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
     out = _trial_dict(row, details=True, curves=curves, diagnostics=diagnostics)
     out["updated_at"] = row.updated_at.isoformat()
     return out
+
+
+def store_trial_document(conn: Any, trial_id: int) -> None:
+    """Store a trial's document (:func:`trial_detail`), built from its rows as they now are.
+
+    Called in the transaction that finishes the trial, after its curves and diagnostics are
+    written. ``updated_at`` is written back unchanged: its ``onupdate`` would otherwise move
+    the stamp the document carries."""
+    doc = build_trial_detail(conn, trial_id)
+    if doc is None:
+        return
+    t = TrialRow.__table__
+    conn.execute(
+        sa.update(t)
+        .where(t.c.id == trial_id)
+        .values(document=json.dumps(doc), updated_at=t.c.updated_at)
+    )
 
 
 def versions(conn: Any, scopes: Iterable[str]) -> dict[str, int]:

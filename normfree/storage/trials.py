@@ -331,6 +331,7 @@ class TrialRepository(RepositoryBase):
                         for d in by_key.values()
                     ],
                 )
+            reads.store_trial_document(s.connection(), trial_id)
             aggregates.record_finished(s, [trial_id])
             return True
 

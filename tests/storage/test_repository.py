@@ -330,6 +330,48 @@ def test_finish_trial_written_once(repo: Repository) -> None:
     assert progress["fraction_finished"] == 1.0
 
 
+def test_finished_trial_is_read_from_its_stored_document(repo: Repository) -> None:
+    """finish_trial stores the trial's detail (TrialRow.document) in its transaction; a read
+    uses it while its stamp is the row's, and a later write to the row is never hidden by it."""
+    from sqlalchemy import text, update
+
+    from normfree.storage import reads
+    from normfree.storage.models import TrialRow
+
+    sid = study(repo)
+    (tid,) = repo.add_trials(sid, [cfg("erf")])
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    diags = [LayerDiagnostic(epoch=1, layer="norm_final", alpha=0.5, extra={"q": 2.0})]
+    result = complete(0.9, curves=[epoch(0, 1.2), epoch(1, 0.8)], diagnostics=diags)
+    assert repo.finish_trial(tid, "w", lease.attempt, result)
+    db = repo.db
+    with db.read() as conn:
+        stored = conn.execute(text("SELECT document FROM trials WHERE id = :i"), {"i": tid})
+        assert stored.scalar() is not None
+        assert reads.trial_detail(conn, tid) == reads.build_trial_detail(conn, tid)
+        # the document is what is read: change it and the read shows the change
+        conn.execute(
+            text("UPDATE trials SET document = :d WHERE id = :i"),
+            {"d": stored_doc_with(reads.build_trial_detail(conn, tid), worker="from-document"),
+             "i": tid},
+        )  # fmt: skip
+        assert reads.trial_detail(conn, tid)["worker"] == "from-document"  # type: ignore[index]
+    with db.session() as s:  # a later write: its onupdate moves updated_at past the document's
+        s.execute(update(TrialRow).where(TrialRow.id == tid).values(error="late note"))
+    with db.read() as conn:
+        t = reads.trial_detail(conn, tid)
+        assert t is not None and t["error"] == "late note" and t["worker"] != "from-document"
+        assert t == reads.build_trial_detail(conn, tid)
+    assert repo.get_trial(tid)["error"] == "late note"  # type: ignore[index]
+
+
+def stored_doc_with(doc: dict, **changes: object) -> str:
+    import json
+
+    return json.dumps({**doc, **changes})
+
+
 def test_diverged_result_has_no_value(repo: Repository) -> None:
     sid = study(repo)
     (tid,) = repo.add_trials(sid, [cfg("identity")])

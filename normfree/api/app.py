@@ -12,10 +12,12 @@ installed plotly package (``/vendor/plotly.min.js``), so pages render with no ne
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import plotly
 from fastapi import FastAPI
@@ -143,6 +145,9 @@ def create_app(
         generation=lane,
         local=lambda: services.ENRICHER.epoch,
         enabled=lambda: settings.public_reads,
+        direct=[(re.compile("/api" + trials.DIRECT_PATH.pattern), _secured(trials.direct))]
+        if settings.fast_lane
+        else [],
     )
 
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
@@ -160,6 +165,17 @@ def create_app(
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app
+
+
+def _secured(route: fastlane.Direct) -> fastlane.Direct:
+    """A direct route whose answers carry the security headers: the lane sits outside their
+    middleware (its replays were captured with them), and a direct answer skips it."""
+
+    async def answer(scope: Any, match: re.Match[str]) -> Any:
+        response = await route(scope, match)
+        return None if response is None else security.SecurityHeadersMiddleware(response)
+
+    return answer
 
 
 def create_worker_app() -> FastAPI:

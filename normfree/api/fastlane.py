@@ -27,6 +27,13 @@ stamp, never newer; an equal stamp later means no commit happened in between.
 Only anonymous ``GET`` requests take the lane (no ``Authorization``, ``Cookie`` or
 ``If-None-Match``: a token holder may see another body, and a conditional request goes the
 usual way to its 304), and only while reads are public. Memory is bounded by bytes (LRU).
+
+*Direct routes* take the same lane for reads that are rarely asked twice, so that replaying
+cannot help (one trial of 100,000): the route's own answer function is called here, before
+Starlette's routing and FastAPI's dependency resolution, which cost a third of such a read's
+server time (bench/results/read_scale.md). The function is the route's (one answer, two ways
+in); it returns None for anything it does not answer plainly (a missing row, an error), and
+the request then goes through the app, which answers it the usual way.
 """
 
 from __future__ import annotations
@@ -34,11 +41,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,6 +207,9 @@ class PostgresGeneration:
 
 
 Generation = Callable[[], Awaitable[Hashable | None]]
+# A direct route: the request's scope and its path's match -> the answer (an ASGI app, such as
+# a Starlette Response), or None to let the app answer.
+Direct = Callable[[Scope, "re.Match[str]"], Awaitable[ASGIApp | None]]
 
 
 class FastLane:
@@ -211,8 +222,10 @@ class FastLane:
         local: Callable[[], Hashable] = lambda: None,
         enabled: Callable[[], bool] = lambda: True,
         max_bytes: int = 64 * 1024 * 1024,
+        direct: Sequence[tuple[re.Pattern[str], Direct]] = (),
     ) -> None:
         self.app = app
+        self.direct = tuple(direct)
         self.generation = generation
         self.local = local
         self.enabled = enabled
@@ -223,10 +236,11 @@ class FastLane:
         self.hits = 0  # answered from an entry
         self.shared = 0  # of which waited for the same read in flight
         self.stored = 0
+        self.direct_answers = 0  # answered by a direct route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
-            self.generation is None
+            (self.generation is None and not self.direct)
             or scope["type"] != "http"
             or scope["method"] != "GET"
             or not self.enabled()
@@ -243,6 +257,18 @@ class FastLane:
                 gz = True
             elif name == b"host":  # pages print absolute links from it
                 host = value
+        for pattern, route in self.direct:
+            match = pattern.fullmatch(scope["path"])
+            if match is not None:
+                answer = await route(scope, match)
+                if answer is None:
+                    break
+                self.direct_answers += 1
+                await answer(scope, receive, send)
+                return
+        if self.generation is None:
+            await self.app(scope, receive, send)
+            return
         generation = await self.generation()
         if generation is None:
             await self.app(scope, receive, send)

@@ -82,6 +82,40 @@ def test_only_anonymous_unconditional_reads_take_the_lane(api: Api) -> None:
     assert lane.hits == hits + 1
 
 
+@pytest.mark.postgres
+def test_a_trial_is_answered_directly_as_its_route_answers_it(
+    make_api: Callable[..., Api], database_url: str
+) -> None:
+    """The direct route (routers.trials.direct): an anonymous trial read skips routing and
+    dependencies but answers exactly what the route answers; anything else goes the usual way."""
+    api, sid = half_finished(make_api, database_url)
+    c = api.client
+    lane = lane_of(api.app)
+    tid = api.repo.list_trials(sid, status="COMPLETE")[0]["id"]
+    direct = c.get(f"/api/trials/{tid}")
+    assert direct.status_code == 200 and lane.direct_answers == 1
+    # a conditional request that matches nothing goes through the route: the same answer
+    routed = c.get(f"/api/trials/{tid}", headers={"If-None-Match": '"other"'})
+    assert lane.direct_answers == 1
+    assert _comparable(direct) == _comparable(routed)
+    assert direct.json()["id"] == tid and direct.json()["status"] == "COMPLETE"
+    assert (
+        c.get(f"/api/trials/{tid}", headers={"If-None-Match": direct.headers["etag"]}).status_code
+        == 304
+    )
+    # no such trial, an id past the keys' range: the app answers (its 404 and 422 bodies)
+    missing = c.get("/api/trials/999999")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert c.get("/api/trials/99999999999").status_code == 422
+    assert c.get(f"/api/trials/{tid}", headers=api.auth).status_code == 200  # a token holder
+    assert lane.direct_answers == 1
+    # a running trial (no document yet) is answered directly too, from its rows
+    lease = api.repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    running = c.get(f"/api/trials/{lease.id}")
+    assert running.json()["status"] == "RUNNING" and lane.direct_answers == 2
+
+
 def test_closed_when_reads_are_private(make_api: Callable[..., Api], sqlite_database_url: str):
     api = make_api(sqlite_database_url, public_reads=False)
     for _ in range(3):

@@ -73,10 +73,14 @@ MISSING_TOKEN = (
 BAD_TOKEN = "the token is unknown or revoked: create a new one with `normfree token create NAME`"
 
 
+def _missing_token() -> ApiError:
+    return ApiError(401, "unauthorized", MISSING_TOKEN, headers={"WWW-Authenticate": "Bearer"})
+
+
 def check_token(state: ServiceState, token: str | None) -> str:
     """The token's name, or an ApiError: 401 when absent, 403 when unknown or revoked."""
     if not token:
-        raise ApiError(401, "unauthorized", MISSING_TOKEN, headers={"WWW-Authenticate": "Bearer"})
+        raise _missing_token()
     name = state.verify_token(token)
     if name is None:
         raise ApiError(403, "forbidden", BAD_TOKEN)
@@ -96,5 +100,15 @@ async def require_reader(state: StateDep, settings: SettingsDep, creds: Credenti
     return await run_in_threadpool(check_token, state, creds.credentials if creds else None)
 
 
+async def writer_token(creds: Credentials) -> str:
+    """A write's bearer token, unchecked (401 when there is none): for a route that checks it
+    (:func:`check_token`) in the same thread-pool call as its own work, one hand-off instead of
+    :data:`Writer`'s two."""
+    if creds is None or not creds.credentials:
+        raise _missing_token()
+    return creds.credentials
+
+
 Writer = Annotated[str, Depends(require_writer)]
+WriterToken = Annotated[str, Depends(writer_token)]
 Reader = Annotated[str | None, Depends(require_reader)]

@@ -5,11 +5,12 @@ Part of :class:`normfree.storage.Repository` (see ``storage/repository.py`` for 
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
 from normfree.storage._common import (
     RepositoryBase,
@@ -20,6 +21,15 @@ from normfree.storage.models import (
     ApiTokenRow,
     utcnow,
 )
+
+
+@functools.cache
+def _active_by_hash() -> Any:
+    """The active token with a hash (built once: every write request asks it)."""
+    t = ApiTokenRow.__table__
+    return select(t.c.name, t.c.scopes).where(
+        t.c.token_hash == bindparam("hash"), t.c.revoked_at.is_(None)
+    )
 
 
 class TokenRepository(RepositoryBase):
@@ -64,12 +74,8 @@ class TokenRepository(RepositoryBase):
         or None; one indexed read on a plain connection (it runs on every write request)."""
         if not plaintext:
             return None
-        t = ApiTokenRow.__table__
-        q = select(t.c.name, t.c.scopes).where(
-            t.c.token_hash == _token_hash(plaintext), t.c.revoked_at.is_(None)
-        )
         with self.db.read() as conn:
-            row = conn.execute(q).first()
+            row = conn.execute(_active_by_hash(), {"hash": _token_hash(plaintext)}).first()
         if row is None or (scope is not None and scope not in (row.scopes or [])):
             return None
         return str(row.name)

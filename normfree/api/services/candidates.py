@@ -168,7 +168,10 @@ def _catalog_public() -> tuple[S.CandidatePublic, ...]:
     return _CATALOG
 
 
-@lru_cache(maxsize=1024)
+_PARSE_CACHE_SIZE = 1024
+
+
+@lru_cache(maxsize=_PARSE_CACHE_SIZE)
 def _parse_cached(formula: str, name: str) -> Any:
     """Parsing is pure (text in, frozen Candidate out): resubmissions reuse the result."""
     from normfree.search_space import parse
@@ -263,14 +266,25 @@ def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
     return prescreen(norm, proxy=PRESCREEN_PROXY, seed=0, candidate=candidate)
 
 
+# The catalog entry each function (by canonical form) duplicates, or None: the catalog never
+# changes while the process runs, and comparing with each entry's probe values was a third of a
+# resubmission's time (bench/bench_read_scale.py, ``submit``).
+_CATALOG_DUPLICATE: dict[str, str | None] = {}
+
+
 def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:
     """The name of a known candidate (catalog or stored) that is the same function, if any."""
     from normfree.search_space import catalog
     from normfree.search_space.dedup import find_duplicate as ss_find_duplicate
 
-    hit = ss_find_duplicate(candidate, catalog.all())
-    if hit is not None and hit.name != candidate.name:
-        return hit.name
+    if candidate.canonical not in _CATALOG_DUPLICATE:
+        hit = ss_find_duplicate(candidate, catalog.all())
+        if len(_CATALOG_DUPLICATE) >= _PARSE_CACHE_SIZE:
+            _CATALOG_DUPLICATE.clear()
+        _CATALOG_DUPLICATE[candidate.canonical] = None if hit is None else hit.name
+    name = _CATALOG_DUPLICATE[candidate.canonical]
+    if name is not None and name != candidate.name:
+        return name
     for row in repo.list_candidates(fingerprint=candidate.fingerprint):
         if row["name"] != candidate.name:
             return str(row["name"])

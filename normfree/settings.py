@@ -3,7 +3,10 @@
 Every knob that may differ between a laptop, CI and a cluster lives here, read from variables
 prefixed ``NORMFREE_`` (plus ``CI``, which decides whether a test that needs a server may skip).
 Nothing else in normfree calls ``os.environ``; code takes a ``Settings`` or calls
-:func:`get_settings`.
+:func:`get_settings`. One exception, for speed: :mod:`normfree.quick_settings` reads three of
+these same variables (``kernel_cache``, ``checker``, ``checker_timeout_seconds``) for the quick
+CLI commands without importing pydantic, and defers to this class for any value it does not
+parse exactly as this class would.
 """
 
 from __future__ import annotations
@@ -71,12 +74,26 @@ class Settings(BaseSettings):
     # contend for the GIL and outnumber the connection pool, so each request pays for pool
     # churn (bench/results/read_scale.md). The pool is sized to hold them all.
     api_threads: int = Field(default=8, ge=1, le=128)
+    # Threads for the API's *short* blocking work (a known function's submission with its token
+    # check; a small read on a server database), apart from the builds above so that it never
+    # waits behind one. Two: the work holds the GIL, and at 32 clients a known function's
+    # submission answered p99 280 ms over 8 threads, 115 ms over 2 (GIL hand-offs between
+    # runnable threads, bench/results/read_scale.md).
+    quick_threads: int = Field(default=2, ge=1, le=32)
     # Replay cached anonymous reads before routing while the database is unchanged
     # (api.fastlane). Off: every read goes through its route (to compare, or to rule it out).
     fast_lane: bool = True
     # A study's estimated cost (trials x epochs x the preset's per-epoch seconds, scaled by model
     # size overrides) must stay under this many trial-seconds, or creation answers 422.
     max_study_trial_seconds: float = Field(default=250_000.0, gt=0)
+    # `candidates check` hands a formula it has not checked before to a long-lived local checker
+    # process (search_space.checker), started on first use: sympy's import alone is ~0.55 s of
+    # CPU on the AMD EPYC, over the command's 0.5 s budget. Off: every check runs in the CLI.
+    checker: bool = True
+    # The checker exits after this many seconds without a request.
+    checker_idle_seconds: float = Field(default=600.0, gt=0)
+    # A CLI waits this long for the checker's answer, then checks in its own process.
+    checker_timeout_seconds: float = Field(default=60.0, gt=0)
     # Expensive anonymous reads (a formula parsed on GET) allowed per client and minute; token
     # holders are not limited. 0 turns the limit off.
     anonymous_parses_per_minute: int = Field(default=30, ge=0)

@@ -103,9 +103,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        import anyio
         import anyio.to_thread
 
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        state.quick_limiter = anyio.CapacityLimiter(settings.quick_threads)
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True

@@ -16,10 +16,12 @@ Also here: which leaderboard rows belong to a candidate (its page and ``/results
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import schemas as S
@@ -49,7 +51,16 @@ async def small_read(state: services.ServiceState, fn: Callable[..., T], *args: 
     """
     if state.db.is_sqlite:
         return fn(*args)
-    return await run_in_threadpool(fn, *args)
+    return await quick(state, fn, *args)
+
+
+async def quick(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread of the short-work limiter (``settings.quick_threads``): for
+    blocking work of a millisecond or so, which must not queue behind a slow build in the
+    default pool, and which more threads would only slow (they take turns on the GIL)."""
+    if state.quick_limiter is None:
+        return await run_in_threadpool(fn, *args)
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=state.quick_limiter)
 
 
 def derived(kind: str, key: Key, *extra: Hashable) -> Key:

@@ -251,3 +251,45 @@ def test_a_cached_read_answers_while_every_api_thread_is_busy(make_api, sqlite_d
     release.set()
     assert r.status_code == 200 and r.json()["items"]
     assert waited < 5, f"a cached read waited {waited:.1f} s for the thread pool"
+
+
+def test_short_work_runs_in_its_own_few_threads(
+    make_api: Callable[..., Api], sqlite_database_url: str
+) -> None:
+    """``reads.quick`` (a submission, a small read on a server database) runs at most
+    ``quick_threads`` at once, apart from the default pool, whatever the number waiting."""
+    import threading
+    import time
+
+    import anyio
+
+    from normfree.api import reads
+
+    api = make_api(sqlite_database_url, quick_threads=2, api_threads=8)
+    state = api.app.state.services
+    lock = threading.Lock()
+    running, peak = 0, 0
+
+    def work() -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+        return 1
+
+    async def many() -> int:
+        results: list[int] = []
+
+        async def one() -> None:
+            results.append(await reads.quick(state, work))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(one)
+        return sum(results)
+
+    assert api.client.portal.call(many) == 8  # type: ignore[union-attr]
+    assert peak == 2

@@ -6,7 +6,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
-from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, prescreens, reads, security, services
 from normfree.api.deps import (
@@ -77,7 +76,7 @@ async def submit_candidate(
         # as much as a known function's whole submission under 32 clients)
         return services.submit_candidate(state, data, submitter=check_token(state, token))
 
-    result = await run_in_threadpool(submit)
+    result = await reads.quick(state, submit)
     if not result.created:
         response.status_code = 200
     if result.prescreen is not None and result.prescreen.status == "pending":

@@ -45,6 +45,9 @@ class ServiceState:
     started_at: float = field(default_factory=time.time)
     # Encoded reads keyed by the versions of what they show (api.cache); one per process.
     cache: ResponseCache = field(default_factory=ResponseCache)
+    # The limiter of short blocking work (settings.quick_threads; api.reads.quick), made on the
+    # event loop when the app starts; None before: such work then takes anyio's default.
+    quick_limiter: Any = None
 
     @classmethod
     def open(

@@ -9,7 +9,7 @@ from starlette.types import Scope
 
 from normfree.api import cache, reads, security, services
 from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
-from normfree.api.errors import ApiError, ErrorBody
+from normfree.api.errors import ErrorBody
 from normfree.api.schemas import TrialPublic
 
 router = APIRouter(prefix="/trials", tags=["trials"])
@@ -57,11 +57,11 @@ DIRECT_PATH = re.compile(router.prefix + r"/([1-9][0-9]{0,9})")
 async def direct(scope: Scope, match: re.Match[str]) -> Response | None:
     """An anonymous ``GET`` of one trial, answered before routing: the same answer as
     :func:`get_trial` (the lane only lets through requests the route answers publicly). None
-    for anything else (no such trial, an id out of range): the app then answers it."""
+    for anything else (no such trial, an id out of range, an error): the app then answers it."""
     trial_id = int(match[1])
     if trial_id > MAX_ID:
         return None
     try:
         return await trial_answer(Request(scope), scope["app"].state.services, trial_id)
-    except ApiError:
+    except Exception:  # a 404, a database error: the app answers, with its error handlers
         return None

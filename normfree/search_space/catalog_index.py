@@ -60,10 +60,11 @@ def index_key() -> str:
 
 
 def cache_dir() -> Path:
-    """Where the index (and :mod:`.checks`'s results) live: the kernel cache's parent folder."""
-    from normfree.settings import get_settings
+    """Where the index (and :mod:`.checks`'s results) live: the kernel cache's parent folder
+    (read without pydantic: :mod:`normfree.quick_settings`)."""
+    from normfree.quick_settings import cache_dir
 
-    return Path(get_settings().kernel_cache).parent
+    return cache_dir()
 
 
 def _cache_file(key: str) -> Path:

@@ -67,8 +67,35 @@ def _limit(e: sympy.Expr) -> sympy.Basic | None:
         return None
 
 
+# An odd f (f(-u) = -f(u) once sympy's automatic canonicalisation has run, the test the
+# properties' symmetry uses) has at -oo the limits of its +oo side, negated: as p -> oo,
+# f(-p) -> -L, f(-p)/p -> -r and log|f(-p)|/log p -> q. The -oo side of an odd function is
+# then read off the +oo side instead of taking its limits by Gruntz again (0.04-0.08 s each on
+# the AMD EPYC: tanh(u) + u/10 0.26 -> 0.13 s). Only where both sides pass the guards above and
+# the +oo side was found; otherwise each side is taken on its own, as before.
+@lru_cache(maxsize=256)
+def _odd(expr: sympy.Expr) -> bool:
+    try:
+        return expr.xreplace({U: -U}) + expr == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _mirrored(expr: sympy.Expr, sign: int) -> bool:
+    """Whether the ``sign`` side is read off the +oo side (see :func:`_odd`)."""
+    return sign == -1 and _odd(expr) and _tail(expr, -1) is not None
+
+
 def limit_at_infinity(expr: sympy.Expr, sign: int) -> sympy.Basic | None:
     """``lim f(u)`` as ``u -> sign*oo`` by sympy; None when not attempted or not found."""
+    if _mirrored(expr, sign):
+        lim = _limit_at(expr, 1)
+        if lim is not None:
+            return -lim
+    return _limit_at(expr, sign)
+
+
+def _limit_at(expr: sympy.Expr, sign: int) -> sympy.Basic | None:
     e = _tail(expr, sign)
     return None if e is None else _limit(e)
 
@@ -85,6 +112,15 @@ def side_from_limits(
     expr: sympy.Expr, sign: int
 ) -> tuple[bool, float | None, str, float | None] | None:
     """(bounded, limit, growth, exponent) towards ``sign*oo`` from limits, or None (unknown)."""
+    if _mirrored(expr, sign):
+        side = _side_at(expr, 1)
+        if side is not None:
+            bounded, value, growth, exponent = side
+            return bounded, None if value is None else -value, growth, exponent
+    return _side_at(expr, sign)
+
+
+def _side_at(expr: sympy.Expr, sign: int) -> tuple[bool, float | None, str, float | None] | None:
     e = _tail(expr, sign)
     if e is None:
         return None

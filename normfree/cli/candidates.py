@@ -2,7 +2,9 @@
 
 ``check`` is the dry run of a submission: parse, canonical form, fingerprint, properties and the
 catalog entry it duplicates, if any. A rejected formula exits with status 2 and the reason (and,
-with ``--json``, ``{"error", "position"}``).
+with ``--json``, ``{"error", "position"}``). A formula not checked before is analysed by the
+checker process (started on first use, see :mod:`normfree.search_space.checker`); ``candidates
+checker status|stop`` shows and stops it.
 """
 
 from __future__ import annotations
@@ -146,10 +148,10 @@ def show_cmd(name: str, as_json: bool) -> None:
 @json_option
 def check_cmd(formula: str, name: str | None, as_json: bool) -> None:
     """Parse FORMULA (in u), print its canonical form, properties and duplicate, if any."""
-    from normfree.search_space import ExpressionError, checks
+    from normfree.search_space import ExpressionError, checker
 
     try:
-        checked = checks.check(formula, name=name)
+        checked = checker.check(formula, name=name)
     except ExpressionError as exc:
         fail(f"formula rejected: {exc}", as_json, position=exc.position, reason=exc.message)
 
@@ -158,3 +160,47 @@ def check_cmd(formula: str, name: str | None, as_json: bool) -> None:
         click.echo(f"{'duplicate of':12s} {d['duplicate_of'] or '-'}")
 
     emit(checked.data, as_json, human)
+
+
+@candidates.group("checker")
+def checker_group() -> None:
+    """The local process that answers first checks (it keeps sympy loaded; see README)."""
+
+
+@checker_group.command("status")
+@json_option
+def checker_status_cmd(as_json: bool) -> None:
+    """The checkers running for this cache folder (one per code version), and silent sockets."""
+    from normfree.search_space import checker
+
+    def human(d: dict[str, Any]) -> None:
+        for c in d["running"]:
+            click.echo(
+                f"checker {c['key']}: pid {c['pid']}, {c['served']} checks served, "
+                f"{'warm' if c['warm'] else 'warming up'}, {c['cpu_s']:.2f} s CPU"
+            )
+        for key in d["silent"]:
+            click.echo(f"checker {key}: no answer (stale socket, or busy)")
+        if not d["running"] and not d["silent"]:
+            click.echo(f"no checker running for {d['cache_dir']}")
+
+    emit(checker.status_all(), as_json, human)
+
+
+@checker_group.command("stop")
+@json_option
+def checker_stop_cmd(as_json: bool) -> None:
+    """Stop every checker of this cache folder (any code version); remove stale sockets."""
+    from normfree.search_space import checker
+
+    def human(d: dict[str, Any]) -> None:
+        for c in d["stopped"]:
+            click.echo(f"stopped checker {c['key']} (pid {c['pid']})")
+        for key in d["stale_removed"]:
+            click.echo(f"removed the stale socket of checker {key}")
+        for key in d["busy"]:
+            click.echo(f"checker {key} is busy and did not stop; try again")
+        if not any(d.values()):
+            click.echo("no checker running")
+
+    emit(checker.stop_all(), as_json, human)

@@ -6,7 +6,8 @@ package's code. Computing it costs ~0.8 s of CPU, most of it importing sympy and
 taking symbolic limits; so the result is stored beside the catalog index, under the same key
 (:func:`.catalog_index.index_key`: any change to the code or the numeric libraries starts a
 fresh store), one small JSON file per (text, name). Checking a formula again reads that file
-and imports neither sympy nor numpy.
+and imports neither sympy nor numpy. A formula not checked before is analysed by the checker
+process when one can answer (:mod:`.checker`), else here.
 
 The syntax comes first, in plain Python (:mod:`._syntax`): a malformed formula is refused
 before any import or file is touched. Rejections are not stored (they are cheap or rare).
@@ -39,19 +40,28 @@ def stored_path(formula: str, name: str | None = None) -> Path:
     return catalog_index.cache_dir() / f"checks-{catalog_index.index_key()}" / f"{digest}.json"
 
 
+def stored(formula: str, name: str | None = None) -> Checked | None:
+    """The stored result of checking ``formula`` as ``name``, or None (not checked yet, or a
+    damaged file: then it is computed again)."""
+    found = catalog_index.read_json(stored_path(formula, name))
+    if isinstance(found, dict):
+        try:
+            return Checked(**found)
+        except TypeError:
+            pass
+    return None
+
+
 def check(formula: str, name: str | None = None) -> Checked:
-    """Parse and analyse ``formula`` (see :func:`.candidate.parse`), or read the stored result.
+    """Parse and analyse ``formula`` in this process (see :func:`.candidate.parse`), or read
+    the stored result. (:func:`.checker.check` asks the checker process first.)
 
     Raises :class:`~normfree.search_space.errors.ExpressionError` for a rejected formula.
     """
     parse_tree(formula)
-    path = stored_path(formula, name)
-    stored = catalog_index.read_json(path)
-    if isinstance(stored, dict):
-        try:
-            return Checked(**stored)
-        except TypeError:  # a damaged file: recompute it
-            pass
+    known = stored(formula, name)
+    if known is not None:
+        return known
     from normfree.search_space.candidate import parse
 
     c = parse(formula, name=name)
@@ -60,8 +70,8 @@ def check(formula: str, name: str | None = None) -> Checked:
         summary=c.properties.summary(),
         call=c.lineage.call,
     )
-    catalog_index.write_json(path, result.__dict__)
+    catalog_index.write_json(stored_path(formula, name), result.__dict__)
     return result
 
 
-__all__ = ["Checked", "check", "stored_path"]
+__all__ = ["Checked", "check", "stored", "stored_path"]

@@ -44,3 +44,11 @@ def test_duplicate_of_agrees_with_find_duplicate(index_dir: Path, formula: str) 
     c = parse(formula)
     dup = find_duplicate(c, catalog.all())
     assert catalog_index.duplicate_of(c) == (dup.name if dup is not None else None)
+
+
+def test_library_versions_are_read_without_importlib_metadata() -> None:
+    from importlib import metadata
+
+    for lib in ("sympy", "numpy", "scipy", "mpmath"):
+        assert f"-{metadata.version(lib)}.dist-info" in catalog_index._version(lib)
+    assert catalog_index._version("no_such_library_here") == "none"

@@ -63,6 +63,8 @@ def _install_sqlite_events(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get(_SQLITE_BEGIN, "IMMEDIATE")
+        if mode is None:  # Database.read_one: each statement on its own (the driver autocommits)
+            return
         # on the driver's connection: through SQLAlchemy's statement machinery the BEGIN cost
         # a third of a one-row read's transaction (``Database.read``, the API's hot path)
         conn.connection.dbapi_connection.execute(_BEGIN[mode])
@@ -100,6 +102,15 @@ class Database:
         else:
             read_engine = self.engine
         self._read_engine = read_engine
+        # One statement, no transaction. SQLite: no BEGIN (the driver's connection is in
+        # autocommit, see _on_connect); SQLAlchemy's own AUTOCOMMIT level would be undone on
+        # the connection's return to the pool by a reset that turns the driver's implicit
+        # transactions back on. PostgreSQL: psycopg's autocommit, a client-side switch.
+        self._one_engine = (
+            self.engine.execution_options(**{_SQLITE_BEGIN: None})
+            if self.dialect == "sqlite"
+            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
         self._write = sessionmaker(self.engine, expire_on_commit=False)
         self._read = sessionmaker(read_engine, expire_on_commit=False)
 
@@ -130,6 +141,18 @@ class Database:
         several times the query itself there.
         """
         with self._read_engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read_one(self) -> Iterator[Any]:
+        """A Core connection outside any transaction, for a read that is one statement (each
+        statement sees the data as of its own start).
+
+        Why: on PostgreSQL a transaction is three round trips (BEGIN, the query, COMMIT) where
+        one statement needs one; on SQLite it skips the BEGIN and COMMIT. A read of several
+        statements that must agree uses :meth:`read`.
+        """
+        with self._one_engine.connect() as conn:
             yield conn
 
     def ping(self) -> None:

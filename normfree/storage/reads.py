@@ -148,15 +148,24 @@ def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
     one row read, whatever the trial's curves and diagnostics hold. Otherwise (a trial still
     running, or finished before documents were stored) it is built by :func:`build_trial_detail`.
     """
-    stamp, _one, _metrics, _diags = _trial_queries()
+    found, doc = stored_trial_detail(conn, trial_id)
+    if not found:
+        return None
+    return doc if doc is not None else build_trial_detail(conn, trial_id)
+
+
+def stored_trial_detail(conn: Any, trial_id: int) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the trial exists, its stored document if that is current): one statement, so
+    it may run outside a transaction (``Database.read_one``)."""
+    stamp = _trial_queries()[0]
     row = conn.execute(stamp, {"tid": trial_id}).first()
     if row is None:
-        return None
+        return False, None
     if row.document is not None:
         doc = json.loads(row.document)
         if doc.get("updated_at") == row.updated_at.isoformat() and doc.get("status") == row.status:
-            return doc
-    return build_trial_detail(conn, trial_id)
+            return True, doc
+    return True, None
 
 
 def build_trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:

@@ -743,3 +743,25 @@ def test_repository_implements_every_protocol(repo: Repository) -> None:
                 have = list(inspect.signature(getattr(Repository, name)).parameters)
                 # a protocol may take the filters of a listing as **filters
                 assert have == want or (want[-1] == "filters" and set(want[:-1]) <= set(have)), name
+
+
+def test_read_one_is_outside_any_transaction(repo: Repository) -> None:
+    """Database.read_one: each statement sees what was committed before it (no snapshot held,
+    no BEGIN); on SQLite Database.read holds one snapshot from its first statement (PostgreSQL's
+    read committed takes one per statement)."""
+    from sqlalchemy import text
+
+    count = text("SELECT count(*) FROM api_tokens")
+    with repo.db.read_one() as conn:
+        before = conn.execute(count).scalar()
+        repo.create_token("between-one")
+        assert conn.execute(count).scalar() == before + 1
+    with repo.db.read() as conn:
+        before = conn.execute(count).scalar()
+        repo.create_token("between-two")
+        seen = conn.execute(count).scalar()
+        assert seen == (before if repo.db.is_sqlite else before + 1)
+    with repo.db.read() as conn:  # the pool's connections came back as they were lent
+        assert conn.execute(count).scalar() == before + 1
+    with repo.db.session() as s:
+        s.execute(text("SELECT 1"))

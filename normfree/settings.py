@@ -87,8 +87,9 @@ class Settings(BaseSettings):
     # size overrides) must stay under this many trial-seconds, or creation answers 422.
     max_study_trial_seconds: float = Field(default=250_000.0, gt=0)
     # `candidates check` hands a formula it has not checked before to a long-lived local checker
-    # process (search_space.checker), started on first use: sympy's import alone is ~0.55 s of
-    # CPU on the AMD EPYC, over the command's 0.5 s budget. Off: every check runs in the CLI.
+    # process (search_space.checker), started on first use: on the AMD EPYC a first check's
+    # imports alone (sympy 0.27-0.55 s) take 0.6-1.3 s of CPU, over the command's 0.5 s budget.
+    # Off: every check runs in the CLI's own process.
     checker: bool = True
     # The checker exits after this many seconds without a request.
     checker_idle_seconds: float = Field(default=600.0, gt=0)

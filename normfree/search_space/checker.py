@@ -1,12 +1,13 @@
 """The checker: a long-lived local process that checks new formulas for ``candidates check``.
 
 Why a process: on the AMD EPYC of ``bench/results/cli.json`` importing sympy alone costs
-~0.55 s of CPU, over the command's whole 0.5 s budget, and numpy, scipy.special, pydantic and
-the analysis modules add ~0.5 s more before the first limit is taken. No change inside the CLI's
-process brings the first check of a new formula under budget on that CPU, so the CLI hands such
-a formula to a process that has all of that loaded, and prints its answer. The checker runs
-:func:`.checks.check`, the very function the CLI runs without it (and stores the result the same
-way), so the output is the same either way; the tests compare them.
+0.27-0.55 s of CPU (this session's host; the previous record's), and a first check in process
+spends 0.6-1.3 s on the interpreter, the CLI, numpy, sympy, pydantic and the analysis modules
+before it takes its first limit: over the command's whole 0.5 s budget. No change inside the
+CLI's process brings the first check of a new formula under budget on that CPU, so the CLI
+hands such a formula to a process that has all of that loaded, and prints its answer. The
+checker runs :func:`.checks.check`, the very function the CLI runs without it (and stores the
+result the same way), so the output is the same either way; the tests compare them.
 
 How it works:
 

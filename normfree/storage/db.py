@@ -19,6 +19,7 @@ that two workers could race for are taken with ``SELECT ... FOR UPDATE SKIP LOCK
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -70,6 +71,36 @@ def _install_sqlite_events(engine: Engine) -> None:
         conn.connection.dbapi_connection.execute(_BEGIN[mode])
 
 
+# A pooled server connection unused for longer than this is pinged before it is lent.
+PING_AFTER_IDLE_S = 5.0
+_LAST_USED = "normfree_last_used"
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before lending it only when it sat idle (SQLAlchemy's pessimistic
+    recipe, with a clock): a connection the server dropped (a restart, an idle timeout) is
+    replaced before a request uses it, as ``pool_pre_ping`` would, without the round trip on
+    every checkout that ``pool_pre_ping`` costs (a third of a one-row read's server time on
+    PostgreSQL, bench/results/read_scale.md). A connection lost while in steady use fails its
+    request; the pool then replaces every connection of that generation."""
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        last = record.info.get(_LAST_USED)
+        if last is not None and time.monotonic() - last < PING_AFTER_IDLE_S:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection is gone: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("pooled connection did not answer a ping")
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info[_LAST_USED] = time.monotonic()
+
+
 class Database:
     """One engine for one database URL, with sessions and migrations.
 
@@ -93,13 +124,13 @@ class Database:
                 Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
                 kwargs.update(pooled)  # in-memory databases keep one connection per thread
         else:
-            kwargs["pool_pre_ping"] = True
             kwargs.update(pooled)
         self.engine: Engine = create_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
             _install_sqlite_events(self.engine)
             read_engine = self.engine.execution_options(**{_SQLITE_BEGIN: "DEFERRED"})
         else:
+            _ping_when_idle(self.engine)
             read_engine = self.engine
         self._read_engine = read_engine
         # One statement, no transaction. SQLite: no BEGIN (the driver's connection is in

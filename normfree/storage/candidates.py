@@ -90,7 +90,7 @@ class CandidateRepository(RepositoryBase):
 
         A Core read of a prebuilt statement: every submission asks it, and an ORM session
         with a statement built per call cost several times the query."""
-        with self.db.read() as conn:
+        with self.db.read_one() as conn:  # one statement: one round trip
             row = conn.execute(_by_name(), {"name": name}).first()
         return _candidate_dict(row) if row else None
 

@@ -74,7 +74,7 @@ class TokenRepository(RepositoryBase):
         or None; one indexed read on a plain connection (it runs on every write request)."""
         if not plaintext:
             return None
-        with self.db.read() as conn:
+        with self.db.read_one() as conn:  # one statement: one round trip
             row = conn.execute(_active_by_hash(), {"hash": _token_hash(plaintext)}).first()
         if row is None or (scope is not None and scope not in (row.scopes or [])):
             return None

@@ -108,6 +108,10 @@ def create_app(
 
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         state.quick_limiter = anyio.CapacityLimiter(settings.quick_threads)
+        if state.db.is_postgres:
+            from normfree.storage.async_reads import AsyncTrialDocuments
+
+            state.trial_documents = AsyncTrialDocuments(state.db.url, size=settings.quick_threads)
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
@@ -117,6 +121,8 @@ def create_app(
         finally:
             if lane is not None:
                 await lane.aclose()
+            if state.trial_documents is not None:
+                await state.trial_documents.aclose()
             state.close()
 
     app = FastAPI(

@@ -141,7 +141,17 @@ def trial_read(state: services.ServiceState, trial_id: int) -> tuple[Key, dict[s
             t = reads.trial_detail(conn, trial_id)
     if t is None:
         raise not_found("trial", trial_id)
-    return (("trial", trial_id), ((t["status"], t["updated_at"]), identity)), t
+    return trial_key(trial_id, t, identity), t
+
+
+def trial_key(trial_id: int, t: dict[str, Any], identity: Hashable) -> Key:
+    """A trial's key: its own stamp and the database's identity."""
+    return (("trial", trial_id), ((t["status"], t["updated_at"]), identity))
+
+
+def known_identity(state: services.ServiceState) -> Hashable | None:
+    """The database's identity if this process has read it (:func:`_identity`), else None."""
+    return _IDENTITIES.get(state.db.url)
 
 
 _IDENTITIES: dict[str, tuple[tuple[str, int], ...]] = {}

@@ -26,6 +26,7 @@ from normfree.storage.models import (
     TrialDiagnosticRow,
     TrialMetricRow,
     TrialRow,
+    UTCDateTime,
 )
 
 # Columns of a trial in a study's table (``fields=`` picks among them; ``id`` always comes).
@@ -157,15 +158,27 @@ def trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:
 def stored_trial_detail(conn: Any, trial_id: int) -> tuple[bool, dict[str, Any] | None]:
     """(whether the trial exists, its stored document if that is current): one statement, so
     it may run outside a transaction (``Database.read_one``)."""
-    stamp = _trial_queries()[0]
-    row = conn.execute(stamp, {"tid": trial_id}).first()
+    row = conn.execute(trial_stamp_query(), {"tid": trial_id}).first()
     if row is None:
         return False, None
-    if row.document is not None:
-        doc = json.loads(row.document)
-        if doc.get("updated_at") == row.updated_at.isoformat() and doc.get("status") == row.status:
-            return True, doc
-    return True, None
+    return True, current_document(row.status, row.updated_at, row.document)
+
+
+def trial_stamp_query() -> Any:
+    """A trial's status, ``updated_at`` and stored document, by id (bound as ``tid``)."""
+    return _trial_queries()[0]
+
+
+def current_document(status: str, updated_at: datetime, document: str | None) -> dict | None:
+    """The stored document of a trial row with this status and ``updated_at``, if it is the
+    row's current one (its own stamp is the row's): else None."""
+    if document is None:
+        return None
+    doc = json.loads(document)
+    stamp = UTCDateTime().process_result_value(updated_at, None)
+    if doc.get("updated_at") == stamp.isoformat() and doc.get("status") == status:
+        return doc
+    return None
 
 
 def build_trial_detail(conn: Any, trial_id: int) -> dict[str, Any] | None:

@@ -45,3 +45,51 @@ def test_a_connection_the_server_dropped_is_replaced_and_busy_ones_are_not_pinge
         assert len(pings) >= 2
     finally:
         db.dispose()
+
+
+@pytest.mark.postgres
+def test_async_trial_documents_read_what_the_sync_read_reads(postgres_database_url: str) -> None:
+    """storage.async_reads: the same (found, document) as reads.stored_trial_detail for a
+    finished, a running and a missing trial; a connection the server dropped fails one read
+    (the caller then reads the usual way) and the next read opens another."""
+    import asyncio
+
+    from normfree.specs import NormSpec, StudySpec, TrialConfig, TrialResult
+    from normfree.storage import Repository, reads
+    from normfree.storage.async_reads import AsyncTrialDocuments
+
+    db = Database(postgres_database_url)
+    db.migrate()
+    repo = Repository(db)
+    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", name="async"))
+    items = [TrialConfig(proxy="vit-tiny", norm=NormSpec(name="erf"), seed=s) for s in (0, 1)]
+    done, running = repo.add_trials(sid, items)
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None and lease.id == done
+    result = TrialResult(status="complete", objective="val_acc", metrics={"val_acc": 0.8})
+    assert repo.finish_trial(done, "w", lease.attempt, result)
+    assert repo.lease_next(sid, "w", 60) is not None  # the other one runs
+
+    async def scenario() -> list[Any]:
+        docs = AsyncTrialDocuments(postgres_database_url, size=2)
+        try:
+            out = [await docs.stored_trial_detail(t) for t in (done, running, 999_999)]
+            pid = (await (await docs._idle[0].execute("SELECT pg_backend_pid()")).fetchone())[0]
+            killer = create_engine(postgres_database_url, isolation_level="AUTOCOMMIT")
+            with killer.connect() as conn:
+                conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            killer.dispose()
+            with pytest.raises(Exception):  # noqa: B017  (whatever the driver raises)
+                await docs.stored_trial_detail(done)
+            out.append(await docs.stored_trial_detail(done))
+            return out
+        finally:
+            await docs.aclose()
+
+    finished, still_running, missing, again = asyncio.run(scenario())
+    with db.read() as conn:
+        assert finished == reads.stored_trial_detail(conn, done)
+        assert finished[0] and finished[1] == reads.build_trial_detail(conn, done)
+    assert still_running == (True, None) and missing == (False, None)
+    assert again == finished
+    db.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 from fastapi import APIRouter, Request, Response
@@ -12,6 +13,7 @@ from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import TrialPublic
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/trials", tags=["trials"])
 
 
@@ -29,6 +31,9 @@ async def get_trial(
 
 async def trial_answer(request: Request, state: services.ServiceState, trial_id: int) -> Response:
     """:func:`get_trial`'s answer, also reached directly by the fast lane (:func:`direct`)."""
+    answered = await _from_document_on_loop(request, state, trial_id)
+    if answered is not None:
+        return answered
 
     def answer() -> Response:
         # one transaction for the key and the trial, where small reads run (on the loop for
@@ -48,6 +53,34 @@ async def trial_answer(request: Request, state: services.ServiceState, trial_id:
         )
 
     return await reads.small_read(state, answer)
+
+
+async def _from_document_on_loop(
+    request: Request, state: services.ServiceState, trial_id: int
+) -> Response | None:
+    """On PostgreSQL, a finished trial for a client without a token: its stored document read
+    on the event loop (``storage.async_reads``) and answered there, with the key and body the
+    thread-pool path gives it. None (that path answers) for anything else: SQLite (already on
+    the loop), a token holder (a private body), a trial without a current document, an error.
+    """
+    documents = state.trial_documents
+    identity = reads.known_identity(state)
+    if documents is None or identity is None or "authorization" in request.headers:
+        return None
+    try:
+        _found, t = await documents.stored_trial_detail(trial_id)
+    except Exception:  # an optimisation: the usual path reads it (and reports what is wrong)
+        log.debug("trial %s: no document from the async reader", trial_id, exc_info=True)
+        return None
+    if t is None:
+        return None
+    return cache.respond(
+        request,
+        state.cache,
+        reads.trial_key(trial_id, t, identity),
+        lambda: cache.json_body(services.trial_public(t, private=False)),
+        store=False,
+    )
 
 
 # The fast lane's direct route (``api.fastlane``), relative to the API's prefix.

@@ -48,6 +48,8 @@ class ServiceState:
     # The limiter of short blocking work (settings.quick_threads; api.reads.quick), made on the
     # event loop when the app starts; None before: such work then takes anyio's default.
     quick_limiter: Any = None
+    # PostgreSQL: finished trials' documents read on the event loop (storage.async_reads).
+    trial_documents: Any = None
 
     @classmethod
     def open(

@@ -135,21 +135,9 @@ class PostgresGeneration:
     """
 
     def __init__(self, url: str) -> None:
-        from sqlalchemy.engine import make_url
+        from normfree.storage.async_reads import conninfo
 
-        u = make_url(url)
-        self._conninfo = {
-            k: v
-            for k, v in {
-                "host": u.host,
-                "port": u.port,
-                "user": u.username,
-                "password": u.password,
-                "dbname": u.database,
-                **{k: str(v) for k, v in u.query.items()},
-            }.items()
-            if v is not None
-        }
+        self._conninfo = conninfo(url)
         self._conn: Any = None
         self._next: asyncio.Future[Hashable | None] | None = None
         self._running = False

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from typing import Any
 
 from normfree.storage import reads
-
-log = logging.getLogger(__name__)
 
 
 def conninfo(url: str) -> dict[str, str]:

@@ -65,7 +65,7 @@ async def _from_document_on_loop(
     """
     documents = state.trial_documents
     identity = reads.known_identity(state)
-    if documents is None or identity is None or "authorization" in request.headers:
+    if documents is None or identity is None or security.token_of(request) is not None:
         return None
     try:
         _found, t = await documents.stored_trial_detail(trial_id)

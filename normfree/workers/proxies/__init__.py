@@ -90,6 +90,10 @@ class Preset:
     # How a pointwise norm's alpha is parameterised: "linear" (a plain scalar, as the papers)
     # or "log" (alpha = exp(log_alpha): relative steps, never crossing zero).
     alpha_param: Literal["linear", "log"] = "linear"
+    # AdamW's second-moment decay. 0.999 remembers ~1,000 steps: ~1% of an ImageNet run, but
+    # longer than a whole screen, where it would let the first steps' gradients set the step
+    # size to the end (see the screens that lower it).
+    adam_beta2: float = 0.999
     fd_samples: int = 0  # diffusion: samples generated for the fd_<dataset>_clf score (0 = off)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # free-form options of derived presets

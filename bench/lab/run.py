@@ -57,9 +57,25 @@ def _contrast_loader(ds: dict[str, Any]) -> Any:
         base = data.load_builtin(ds.get("base", "mnist"))
         rng = np.random.default_rng(ds.get("seed", 1))
         parts = []
+        if ds.get("mode") == "mnistm":  # MNIST-M-style: |photo crop - digit| (Ganin 2015)
+            from sklearn.datasets import load_sample_images
+
+            photos = [i.astype(np.float32) / 255 for i in load_sample_images().images]
+            for split in ("train", "val", "test"):
+                x = getattr(base, f"x_{split}")
+                out = np.empty((len(x), 3, 28, 28), np.float32)
+                for i in range(len(x)):
+                    ph = photos[rng.integers(len(photos))]
+                    r, c = rng.integers(ph.shape[0] - 28), rng.integers(ph.shape[1] - 28)
+                    out[i] = np.abs(ph[r : r + 28, c : c + 28].transpose(2, 0, 1) - x[i])
+                parts += [out, getattr(base, f"y_{split}")]
+            return data.Dataset(ds["name"], *parts, num_classes=base.num_classes)
         for split in ("train", "val", "test"):
             x = getattr(base, f"x_{split}").copy()
-            if ds.get("mode", "image") == "image":
+            if ds.get("mode") == "noise":  # fixed pixel noise: no two tokens identical
+                g = 1.0
+                x = x + ds["sigma"] * rng.standard_normal(x.shape)
+            elif ds.get("mode", "image") == "image":
                 g = np.exp(ds["sigma"] * rng.standard_normal((len(x), 1, 1, 1)))
             else:
                 p = ds.get("patch", 7)

@@ -225,7 +225,9 @@ def rank_reliability(
 
     def to_r(corr: float) -> tuple[float, float]:
         rho = _single_seed(corr, a_size, b_size)
-        return spearman_brown(rho, n), rho
+        # a negative correlation has no reliability to scale up: Spearman-Brown would take
+        # -0.5 at two seeds to -2; clamped to -1 (an order that reverses itself)
+        return max(-1.0, spearman_brown(rho, n)), rho
 
     rel, rho = to_r(r)
     low = high = None

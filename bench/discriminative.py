@@ -373,7 +373,8 @@ def main() -> None:
     others = {}
     recorded = {k for r in rows for k in r["metrics"]}
     fd_metrics = sorted(k for k in recorded if k.startswith("fd_"))  # DiT sample quality
-    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc", *fd_metrics):
+    held = ("heldout_acc", "heldout_loss")
+    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc", *held, *fd_metrics):
         if metric != preset.objective and metric in recorded:
             o = summarise(rows, functions, metric)
             others[metric] = {k: o[k] for k in ("spread", "seed_std", "ratio", "resolvable_pairs")}

@@ -13,9 +13,10 @@ from normfree.search_space import catalog
 
 CHILD = """
 import json, sys
-from normfree.kernels import compile_candidate
+from normfree.kernels import KernelOptions, compile_candidate
 from normfree.search_space import catalog
-op = compile_candidate(catalog.get(sys.argv[1]))
+from normfree.settings import get_settings
+op = compile_candidate(catalog.get(sys.argv[1]), KernelOptions.from_settings(get_settings()))
 print(json.dumps([op.torch_module.__file__, op.triton_module.__file__]))
 """
 
@@ -41,8 +42,8 @@ def test_second_compile_in_process_is_free(kernel_cache: Path) -> None:
         calls.append(1)
         return "VALUE = 42\n"
 
-    first = _cache.load_generated("torch", "probe", "k" * 20, source)
-    second = _cache.load_generated("torch", "probe", "k" * 20, source)
+    first = _cache.load_generated(kernel_cache, "torch", "probe", "k" * 20, source)
+    second = _cache.load_generated(kernel_cache, "torch", "probe", "k" * 20, source)
     assert first is second and first.VALUE == 42 and len(calls) == 1
     assert Path(first.__file__).parent == kernel_cache
     op = compile_candidate(catalog.get("tanh"))
@@ -73,9 +74,5 @@ def test_concurrent_processes_write_once_and_others_reuse(
         raise AssertionError("the file written by another process was not reused")
 
     op = compile_candidate(catalog.get("saturlog"))
-    _cache.set_cache_dir(cache)
-    try:
-        module = _cache.load_generated("torch", op.name, op._key("torch"), regenerate)
-    finally:
-        _cache.set_cache_dir(kernel_cache)
+    module = _cache.load_generated(cache, "torch", op.name, op._key("torch"), regenerate)
     assert module.__file__ == paths[0][0] and Path(paths[0][0]).stat().st_mtime_ns == stamp

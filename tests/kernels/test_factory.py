@@ -7,10 +7,10 @@ import pickle
 
 import pytest
 import torch
-from reference import CATALOG, reference_norm
 from torch import nn
 
 from normfree.kernels import PointwiseNorm, create_norm, pointwise_norm, swap_norms
+from normfree.kernels.reference import reference_norm
 from normfree.search_space import catalog, parse
 from normfree.specs import NormSpec
 
@@ -114,7 +114,7 @@ def test_compile_backend_matches_the_reference(shape: tuple[int, ...]) -> None:
     params = [p.requires_grad_() for p in params]
     y = pointwise_norm(x, candidate, *params, backend="compile")
     grads = torch.autograd.grad(y.square().sum(), [x, *params])
-    y_ref = reference_norm(x, CATALOG["erf"], *params)
+    y_ref = reference_norm(x, torch.erf, *params)
     grads_ref = torch.autograd.grad(y_ref.square().sum(), [x, *params])
     torch.testing.assert_close(y, y_ref)
     for got, want in zip(grads, grads_ref, strict=True):

@@ -20,14 +20,15 @@ def _scope(lib: Literal["numpy", "torch"]) -> dict[str, Any]:
         import scipy.special
 
         fns = dict(abs=np.abs, sign=np.sign, sqrt=np.sqrt, exp=np.exp, log=np.log, sin=np.sin,
-                   tanh=np.tanh, erf=scipy.special.erf, arctan=np.arctan, asinh=np.arcsinh,
-                   clamp=np.clip)  # fmt: skip
+                   cos=np.cos, sinh=np.sinh, cosh=np.cosh, tanh=np.tanh, erf=scipy.special.erf,
+                   arctan=np.arctan, asinh=np.arcsinh, clamp=np.clip)  # fmt: skip
     else:
         import torch
 
         fns = dict(abs=torch.abs, sign=torch.sign, sqrt=torch.sqrt, exp=torch.exp, log=torch.log,
-                   sin=torch.sin, tanh=torch.tanh, erf=torch.erf, arctan=torch.atan,
-                   asinh=torch.asinh, clamp=torch.clamp)  # fmt: skip
+                   sin=torch.sin, cos=torch.cos, sinh=torch.sinh, cosh=torch.cosh,
+                   tanh=torch.tanh, erf=torch.erf, arctan=torch.atan, asinh=torch.asinh,
+                   clamp=torch.clamp)  # fmt: skip
     clamp = fns["clamp"]
     return {**fns, "pi": math.pi, "clip": lambda v: clamp(v, -1.0, 1.0), "__builtins__": {}}
 

@@ -34,10 +34,10 @@ class Entry:
     """One catalog row: the single definition of a named function.
 
     ``reference`` is the function as its source writes it (science.md), in Python over ``u``
-    (``pi``, ``abs``, ``sign``, ``sqrt``, ``exp``, ``log``, ``sin``, ``tanh``, ``erf``,
-    ``arctan``, ``asinh``, ``clip(v)`` to [-1, 1], ``clamp(v, lo, hi)``): a second, independent
-    transcription the tests evaluate with numpy and torch against ``formula``'s candidate and
-    its kernels.
+    (``pi``, ``abs``, ``sign``, ``sqrt``, ``exp``, ``log``, ``sin``, ``cos``, ``sinh``, ``cosh``,
+    ``tanh``, ``erf``, ``arctan``, ``asinh``, ``clip(v)`` to [-1, 1], ``clamp(v, lo, hi)``): a
+    second, independent transcription the tests evaluate with numpy and torch against
+    ``formula``'s candidate and its kernels.
     """
 
     name: str

@@ -25,13 +25,13 @@ class KernelOptions:
     """``cache``: the folder of generated sources and built libraries; ``cpu_backend``: what
     ``backend="auto"`` runs on CPU tensors; ``cc``: the native path's C compiler.
 
-    Why "native" by default (bench/bench_kernels_cpu.py, CPU time per Derf fwd+bwd step): the
-    generated C is the fastest CPU path at every shape measured, from the ViT proxy's
-    [64*17, 64] to [8192, 384], and costs ~0.5 s of C compilation once per candidate and
-    machine (then a file load). ``torch.compile`` of the generated torch code is slower per
-    step at these shapes and costs ~13 s per candidate and process with a cold inductor cache;
-    eager torch code is 2-3x slower than native. "torch" stays for machines without a C
-    compiler (the native path falls back to it by itself) and "compile" for comparison.
+    Why "native" by default (bench/bench_kernels_cpu.py; figures in bench/results): the
+    generated C is the fastest CPU path at every shape measured, from the ViT proxy's to
+    [8192, 384], and compiles once per candidate and machine, then loads from the cache.
+    ``torch.compile`` of the generated torch code is slower per step at these shapes and
+    compiles again in every process; eager torch code is slower still. "torch" stays for
+    machines without a C compiler (the native path falls back to it by itself) and "compile"
+    for comparison.
     """
 
     cache: Path = _FIELDS["kernel_cache"].default

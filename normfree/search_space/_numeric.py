@@ -73,18 +73,19 @@ class _Backend:
             self.funcs: dict[type, Callable[[Any], Any]] = {
                 p.sympy: python_function(p.numpy, "numpy") for p in PRIMITIVES
             }
-            self.where = np.where
-            self.minimum, self.maximum = np.minimum, np.maximum
-            self.logical_and, self.logical_or = np.logical_and, np.logical_or
-            self.logical_not = np.logical_not
+            module: Any = np
         else:
             import torch
 
             self.funcs = {p.sympy: python_function(p.torch, "torch") for p in PRIMITIVES}
-            self.where = torch.where
-            self.minimum, self.maximum = torch.minimum, torch.maximum
-            self.logical_and, self.logical_or = torch.logical_and, torch.logical_or
-            self.logical_not = torch.logical_not
+            module = torch
+        self.where, self.logical_not = module.where, module.logical_not
+        self.folds: dict[type, Callable[[Any, Any], Any]] = {
+            sympy.Min: module.minimum,
+            sympy.Max: module.maximum,
+            sympy.And: module.logical_and,
+            sympy.Or: module.logical_or,
+        }
 
 
 @cache
@@ -166,12 +167,14 @@ def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
                 else:
                     out = backend.where(cond, val, out)
             return out
-        if isinstance(node, (sympy.Min, sympy.Max)):
-            op = backend.minimum if isinstance(node, sympy.Min) else backend.maximum
-            vals = [as_array(walk(a)) for a in node.args]
+        fold = backend.folds.get(type(node))
+        if fold is not None:  # Min, Max, And, Or: n-ary, folded pairwise
+            vals = [walk(a) for a in node.args]
+            if isinstance(node, (sympy.Min, sympy.Max)):
+                vals = [as_array(v) for v in vals]
             acc = vals[0]
             for v in vals[1:]:
-                acc = op(acc, v)
+                acc = fold(acc, v)
             return acc
         if isinstance(node, _RELATIONALS):
             lhs, rhs = as_array(walk(node.lhs)), walk(node.rhs)
@@ -186,18 +189,6 @@ def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
             if isinstance(node, sympy.Equality):
                 return lhs == rhs
             return lhs != rhs
-        if isinstance(node, sympy.And):
-            vals = [walk(a) for a in node.args]
-            acc = vals[0]
-            for v in vals[1:]:
-                acc = backend.logical_and(acc, v)
-            return acc
-        if isinstance(node, sympy.Or):
-            vals = [walk(a) for a in node.args]
-            acc = vals[0]
-            for v in vals[1:]:
-                acc = backend.logical_or(acc, v)
-            return acc
         if isinstance(node, sympy.Not):
             return backend.logical_not(walk(node.args[0]))
         fn = backend.funcs.get(type(node))

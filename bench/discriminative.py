@@ -48,11 +48,14 @@ def search_16() -> list[str]:
 def trial_row(proxy: str, name: str, seed: int, epochs: int | None) -> tuple[Any, dict]:
     """Train one (function, seed): its ``TrialResult``, and the row kept of it (``stability.py``
     adds its own columns to the same row)."""
+    from normfree.kernels import KernelOptions
+    from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.trainer import train_trial
 
     t0 = time.perf_counter()
-    r = train_trial(TrialConfig(proxy=proxy, norm=NormSpec(name=name), seed=seed, epochs=epochs))
+    cfg = TrialConfig(proxy=proxy, norm=NormSpec(name=name), seed=seed, epochs=epochs)
+    r = train_trial(cfg, kernels=KernelOptions.from_settings(get_settings()))
     return r, {
         "proxy": proxy,
         "function": name,

@@ -93,7 +93,8 @@ class _Printer:
 
     def helper_source(self) -> str:
         """Source of the helpers this printer's output calls, each after those it calls."""
-        return "".join(code.text() for code in ordered(self.helpers) if code.text())
+        texts = [code.text().rstrip("\n") for code in ordered(self.helpers) if code.text()]
+        return "\n\n".join(texts) + "\n" if texts else ""
 
     def where(self, cond: str, a: str, b: str) -> str:
         raise NotImplementedError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +134,11 @@ def test_one_resolver_takes_the_papers_aliases() -> None:
     assert isinstance(create_norm("none", 8), torch.nn.Identity)
     ln = create_norm("ln", 8, affine=False)
     assert isinstance(ln, torch.nn.LayerNorm) and not ln.elementwise_affine
+
+
+def test_the_kernels_read_no_settings() -> None:
+    """Where generated code lives and what runs on CPU arrive as KernelOptions; only the AOT
+    command line (an entry point of its own) reads the settings to build them."""
+    package = Path(pointwise_norm.__code__.co_filename).parent
+    readers = [p.name for p in package.glob("*.py") if "get_settings" in p.read_text()]
+    assert readers == ["_aot.py"]

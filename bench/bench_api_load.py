@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +33,6 @@ from machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT))  # the live-server and seeding helpers shared with the tests
 
 # Same function as a catalog entry, spelled differently (answered as duplicates).
 DUPLICATES = [
@@ -137,8 +135,8 @@ def main() -> None:
 
     from normfree.settings import Settings
     from normfree.storage import Database, Repository
-    from tests.api.live import live_server
-    from tests.api.seeding import seed_property_study
+    from normfree.testing.live import live_server
+    from normfree.testing.seeding import seed_property_study
 
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="normfree-load-") as tmp:

@@ -54,7 +54,9 @@ def main() -> None:
     torch.set_num_threads(1)
     from tqdm import tqdm
 
+    from normfree.kernels import KernelOptions
     from normfree.search_space import catalog
+    from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.evolution import (
         GenerateOptions,
@@ -98,7 +100,8 @@ def main() -> None:
             res = train_trial(
                 TrialConfig(
                     proxy=proxy, norm=NormSpec(name=name, formula=cand.formula), epochs=epochs
-                )
+                ),
+                kernels=KernelOptions.from_settings(get_settings()),
             )
             trial_s.append(time.perf_counter() - t0)
             members.append(Individual(name, cand.expr, g, fitness_of([res.value], res.direction)))

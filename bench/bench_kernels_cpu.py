@@ -3,8 +3,8 @@
 Providers (rows keyed by provider, shape, threads, torch version):
 - ``layernorm``: ``nn.LayerNorm(D)``, the time budget (goal: generated <= 1.0x).
 - ``naive``: ``gamma * erf(alpha * x + s) + beta`` through plain autograd, as the paper's code
-  does it; imported from ``tests/kernels/reference.py``, the same reference the tests check the
-  kernels against (goal: generated <= 0.25x, peak memory no higher).
+  does it; ``normfree.kernels.reference``, the same reference the tests check the kernels
+  against (goal: generated <= 0.25x, peak memory no higher).
 - ``generated-eager``: ``pointwise_norm(..., backend="torch")``: generated torch code, eager.
 - ``generated-compile``: the same code fused by ``torch.compile`` (inductor C++).
 - ``generated-native``: ``backend="native"``: generated C, one vectorised loop per direction
@@ -21,7 +21,7 @@ so the headline ratios (``cpu_vs_*``) use it and the wall-clock ratios are kept 
 block, i.e. their arithmetic alone (see :func:`compute_floor_ms`). The goal shapes are
 [8192, 384] and [4096, 768]; the full run also times the default ViT
 proxies' shapes ([64*17, 64] and [128*65, 128], one thread), where per-call overhead dominates
-and which decide the CPU default of ``backend="auto"`` (see ``normfree.kernels._ops.cpu_auto``).
+and which decide the CPU default of ``backend="auto"`` (see ``normfree.kernels.KernelOptions``).
 
 Memory: peak resident memory of the process during one step minus the resident memory before it
 (Linux ``VmHWM`` after resetting it through ``/proc/self/clear_refs``), measured before any timing
@@ -48,12 +48,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "kernels"))
-from reference import reference_norm  # noqa: E402  (the tests' reference, shared)
+from normfree.kernels import compile_candidate, pointwise_norm
+from normfree.kernels.reference import reference_norm
+from normfree.search_space import catalog
 
-from normfree.kernels import compile_candidate, pointwise_norm  # noqa: E402
-from normfree.search_space import catalog  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SHAPES = [(8192, 384), (4096, 768)]
 SMALL_SHAPES = [(64 * 17, 64), (128 * 65, 128)]  # ViT proxy [batch * tokens, dim]
@@ -226,6 +225,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one shape, 1 thread, no compile")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
+    from normfree.kernels import KernelOptions, set_default_options
+    from normfree.settings import get_settings
+
+    set_default_options(KernelOptions.from_settings(get_settings()))  # an entry: it reads them
     if args.quick:
         plan = [((4096, 768), 1)]
         names = ["layernorm", "naive", "generated-eager", "generated-native"]

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
+from normfree.kernels.reference import reference_norm
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "kernels"))
-from reference import reference_norm  # noqa: E402  (the tests' reference, shared)
 
 # Nominal HBM bandwidth, bytes/s, by a substring of torch.cuda.get_device_name().
 NOMINAL_PEAK = {"H200": 4.8e12, "H100 SXM": 3.35e12, "H100 PCIe": 2.0e12, "H100": 3.35e12,
@@ -101,6 +100,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="D = 1024 only")
     args = parser.parse_args()
+    from normfree.kernels import KernelOptions, set_default_options
+    from normfree.settings import get_settings
+
+    set_default_options(KernelOptions.from_settings(get_settings()))  # an entry: it reads them
     if not torch.cuda.is_available():
         print(json.dumps({"bench": "kernels_gpu", "skipped": True,
                           "reason": "no CUDA device here; the kernels are proven by the sm_90 "

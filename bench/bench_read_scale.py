@@ -52,7 +52,6 @@ from machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT))  # the live-server and seeding helpers shared with the tests
 
 PROXY = "vit-tiny"
 FUNCTIONS = [
@@ -103,7 +102,7 @@ def _spec(i: int) -> Any:
 def synthetic(config: Any, rng: random.Random) -> Any:
     """A small result marked synthetic: 3 epochs of curves, one epoch of per-layer diagnostics."""
     from normfree.specs import LayerDiagnostic, TrialResult
-    from tests.api.seeding import LAYERS, synthetic_curves
+    from normfree.testing.seeding import LAYERS, synthetic_curves
 
     name = config.norm.name
     shift = 0.0
@@ -388,7 +387,7 @@ def write_latency(url: str, sid: int, n: int, readers: Any = None) -> dict[str, 
 def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
     """Start a server over ``url`` and run every endpoint, then the write probe."""
     from normfree.storage import Database, Repository
-    from tests.api.live import live_server
+    from normfree.testing.live import live_server
 
     db = Database(url)
     repo = Repository(db, max_attempts=3)

@@ -48,12 +48,14 @@ def run_one(job: tuple[str, dict[str, Any], int, int | None]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
+    from normfree.kernels import KernelOptions
+    from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.trainer import train_trial
 
     t0 = time.perf_counter()
     cfg = TrialConfig(proxy=proxy, norm=NormSpec(**norm), seed=seed, epochs=epochs)
-    r = train_trial(cfg)
+    r = train_trial(cfg, kernels=KernelOptions.from_settings(get_settings()))
     return {
         "proxy": proxy,
         "norm": norm,

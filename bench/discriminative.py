@@ -56,12 +56,14 @@ def trial_row(
 ) -> tuple[Any, dict]:
     """Train one (function, seed): its ``TrialResult``, and the row kept of it (``stability.py``
     adds its own columns to the same row). ``shift``: the operator's s (NormSpec.shift)."""
+    from normfree.kernels import KernelOptions
+    from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.trainer import train_trial
 
     t0 = time.perf_counter()
-    norm = NormSpec(name=name, shift=shift)
-    r = train_trial(TrialConfig(proxy=proxy, norm=norm, seed=seed, epochs=epochs))
+    cfg = TrialConfig(proxy=proxy, norm=NormSpec(name=name, shift=shift), seed=seed, epochs=epochs)
+    r = train_trial(cfg, kernels=KernelOptions.from_settings(get_settings()))
     return r, {
         "proxy": proxy,
         "function": name,

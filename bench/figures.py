@@ -21,11 +21,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def timed_trial(config: Any) -> tuple[Any, dict[str, Any]]:
     """Train ``config`` (a ``TrialConfig``) in this process: its ``TrialResult``, and what it
     cost: wall and CPU seconds, samples per CPU second, and the 1-minute load average before."""
+    from normfree.kernels import KernelOptions
+    from normfree.settings import get_settings
     from normfree.workers.trainer import train_trial
 
     load = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
-    r = train_trial(config)
+    r = train_trial(config, kernels=KernelOptions.from_settings(get_settings()))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return r, {
         "status": r.status,

@@ -93,6 +93,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     register_variants(job["_variants"])
+    from normfree.kernels import KernelOptions
+    from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.trainer import train_trial
 
@@ -104,7 +106,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         epochs=job.get("epochs"),
         overrides=job.get("overrides", {}),
     )
-    r = train_trial(cfg)
+    r = train_trial(cfg, kernels=KernelOptions.from_settings(get_settings()))
     diag: dict[str, dict[str, Any]] = {}
     last = max((d.epoch for d in r.diagnostics), default=0)
     for d in r.diagnostics:

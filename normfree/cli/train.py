@@ -127,6 +127,7 @@ def train(
     """Train one proxy trial with NORM in every norm slot and print its result."""
     from tqdm import tqdm
 
+    from normfree.kernels import KernelOptions
     from normfree.settings import get_settings
     from normfree.specs import TrialConfig
     from normfree.workers.trainer import resolve, select_device, train_trial
@@ -161,6 +162,7 @@ def train(
             threads=settings.trial_threads,
             device=select_device(settings),
             allow_paths=True,
+            kernels=KernelOptions.from_settings(settings),
         )
     except ValueError as exc:
         fail(str(exc), as_json)

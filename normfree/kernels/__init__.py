@@ -1,11 +1,12 @@
 """Generated operators for pointwise norms: printers, kernel cache, autograd ops, create_norm.
 
 One expression and its exact derivative (from ``search_space``) are printed three ways: Triton
-kernels (GPU, and CPU under ``TRITON_INTERPRET=1``), torch code (the CPU path, eager or fused by
-``torch.compile``), and — in the tests — an independent float64 reference.
+kernels (GPU, and CPU under ``TRITON_INTERPRET=1``), C (the native CPU path) and torch code
+(eager, or fused by ``torch.compile``); :mod:`.reference` is the operator written plainly with
+autograd, what the tests and benchmarks compare against. Where the generated code lives and what
+CPU tensors run is the caller's :class:`KernelOptions`.
 """
 
-from normfree.kernels._cache import cache_dir, set_cache_dir
 from normfree.kernels._factory import create_norm, swap_norms
 from normfree.kernels._module import PointwiseNorm
 from normfree.kernels._ops import (
@@ -15,16 +16,18 @@ from normfree.kernels._ops import (
     compile_candidate,
     pointwise_norm,
 )
+from normfree.kernels._options import KernelOptions, default_options, set_default_options
 
 __all__ = [
     "BACKENDS",
     "CompiledOperator",
+    "KernelOptions",
     "PointwiseNorm",
     "PointwiseNormFunction",
-    "cache_dir",
     "compile_candidate",
     "create_norm",
+    "default_options",
     "pointwise_norm",
-    "set_cache_dir",
+    "set_default_options",
     "swap_norms",
 ]

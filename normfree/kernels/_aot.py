@@ -30,6 +30,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from normfree.kernels._ops import CompiledOperator
+from normfree.kernels._options import KernelOptions
 from normfree.kernels._triton_ops import blocks
 
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -139,13 +140,13 @@ VARIANTS: tuple[tuple[Literal["fwd", "bwd"], bool, Literal["none", "scalar", "ch
 )
 
 
-def _report(names: list[str], dtypes: list[str], d: int) -> dict[str, Any]:
+def _report(names: list[str], dtypes: list[str], d: int, options: KernelOptions) -> dict[str, Any]:
     from normfree.kernels._ops import compile_candidate
     from normfree.search_space import catalog
 
     rows = []
     for name in names:
-        op = compile_candidate(catalog.resolve(name))
+        op = compile_candidate(catalog.resolve(name), options)
         for dtype in dtypes:
             for kernel, affine, shift in VARIANTS:
                 started = time.perf_counter()
@@ -169,9 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--d", type=int, default=1024)
     args = parser.parse_args(argv)
     from normfree.search_space import catalog
+    from normfree.settings import get_settings
 
     names = [n for n in args.names.split(",") if n] or [c.name for c in catalog.all()]
-    print(json.dumps(_report(names, args.dtypes.split(","), args.d)))
+    options = KernelOptions.from_settings(get_settings())  # an entry point: it reads settings
+    print(json.dumps(_report(names, args.dtypes.split(","), args.d, options)))
 
 
 if __name__ == "__main__":

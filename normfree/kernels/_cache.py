@@ -11,6 +11,7 @@ dtype-generic.
 Writes are atomic (a temporary file in the same directory, then ``os.replace``) under a
 ``filelock`` lock, so concurrent worker processes generate a file at most once and never import a
 half-written one. Within a process, a second request returns the same module object.
+The folder is the caller's (:class:`._options.KernelOptions`).
 """
 
 from __future__ import annotations
@@ -28,21 +29,9 @@ from types import ModuleType
 from filelock import FileLock
 
 from normfree.kernels._codegen import GENERATOR_VERSION
-from normfree.settings import get_settings
 
 _modules: dict[Path, ModuleType] = {}
 _lock = threading.Lock()
-_override: Path | None = None
-
-
-def set_cache_dir(path: str | Path | None) -> None:
-    """Use ``path`` instead of ``get_settings().kernel_cache`` (None restores the setting)."""
-    global _override
-    _override = Path(path) if path is not None else None
-
-
-def cache_dir() -> Path:
-    return _override if _override is not None else Path(get_settings().kernel_cache)
 
 
 def cache_key(kind: str, expr_repr: str, derivative_repr: str) -> str:
@@ -80,9 +69,10 @@ def create_once(path: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, path)
 
 
-def load_generated(kind: str, name: str, key: str, make_source: Callable[[], str]) -> ModuleType:
-    """Return the module for ``key``, generating and writing its file on first use."""
-    directory = cache_dir()
+def load_generated(
+    directory: Path, kind: str, name: str, key: str, make_source: Callable[[], str]
+) -> ModuleType:
+    """Return the module for ``key`` in ``directory``, generating its file on first use."""
     path = directory / f"{kind}_{_slug(name)}_{key}.py"
     with _lock:
         module = _modules.get(path)
@@ -97,8 +87,3 @@ def load_generated(kind: str, name: str, key: str, make_source: Callable[[], str
         spec.loader.exec_module(module)
         _modules[path] = module
         return module
-
-
-def loaded_paths() -> list[Path]:
-    """Files imported by this process (for tests and ``normfree candidates`` diagnostics)."""
-    return list(_modules)

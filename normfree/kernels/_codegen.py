@@ -28,19 +28,66 @@ Kernel rules (grid, reduction, dtype), stated once:
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from pathlib import Path
 
 import sympy
 
-from normfree.kernels._printers import CPrinter, TorchPrinter, TritonPrinter, c_helpers, cse_lines
+from normfree.kernels._printers import CPrinter, TorchPrinter, TritonPrinter, cse_lines
 
-# Part of every cache key: the manual version, plus a digest of the generator's own source
-# (printers and templates), so an edited generator never reuses files written by an older one.
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the normfree package
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of module ``name`` of this package (None: not a normfree module)."""
+    parts = name.split(".")
+    if parts[0] != "normfree":
+        return None
+    base = _PACKAGE_ROOT.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def generator_sources() -> list[Path]:
+    """Every file whose code can change a generated kernel: this module (the templates) and
+    every normfree module it imports, transitively, wherever the import statement sits (the
+    printers, the primitives table with its helper code and fits, the parser a row-made sympy
+    function differentiates with). Package ``__init__`` files are not followed: importing a
+    submodule runs them, but they define no code a kernel contains."""
+    seen: dict[Path, None] = {}
+    todo = [Path(__file__).resolve()]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen[path] = None
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # ``from normfree.a import b``: b may be a submodule or a name in a
+                names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            for name in names:
+                found = _module_file(name)
+                if found is not None and found.name != "__init__.py":
+                    todo.append(found)
+    return sorted(seen)
+
+
+# Part of every cache key: the manual version, plus a digest of every source that shapes a
+# kernel (:func:`generator_sources`), so an edited printer, template or primitive never reuses
+# files written by an older one.
 GENERATOR_VERSION = (
-    "3+"
+    "4+"
     + hashlib.sha256(
-        b"".join(Path(__file__).with_name(n).read_bytes() for n in ("_printers.py", "_codegen.py"))
+        b"".join(
+            p.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0" + p.read_bytes()
+            for p in generator_sources()
+        )
     ).hexdigest()[:8]
 )
 
@@ -86,9 +133,11 @@ def torch_source(expr: sympy.Expr, derivative: sympy.Expr, variable: sympy.Symbo
         "",
         "torch.full_like(u, {value})",
     )
+    helpers = printer.helper_source()
     return (
         _header("Torch functions", canonical, expr, derivative)
         + "\nimport torch\n\n\n"
+        + (helpers + "\n\n" if helpers else "")
         + fn
         + "\n\n"
         + both
@@ -206,12 +255,6 @@ C_PRELUDE = """
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__x86_64__)
-/* glibc's libmvec vector variants (linked with -lmvec): lets gcc vectorise these calls */
-float logf(float) __attribute__((simd("notinbranch")));
-float sinf(float) __attribute__((simd("notinbranch")));
-float cosf(float) __attribute__((simd("notinbranch")));
-#endif
 """
 
 C_KERNELS = """
@@ -281,13 +324,6 @@ def c_source(expr: sympy.Expr, derivative: sympy.Expr, variable: sympy.Symbol, c
     printer = CPrinter(variable)
     header = _header("C kernels", canonical, expr, derivative)
     comment = "/* " + header.strip().strip('"').replace("*/", "* /") + " */\n"
-    return (
-        comment
-        + C_PRELUDE
-        + c_helpers()
-        + "\n"
-        + _c_function(printer, {"f": expr})
-        + "\n"
-        + _c_function(printer, {"f": expr, "df": derivative})
-        + C_KERNELS
-    )
+    f = _c_function(printer, {"f": expr})
+    both = _c_function(printer, {"f": expr, "df": derivative})
+    return comment + C_PRELUDE + printer.helper_source() + "\n" + f + "\n" + both + C_KERNELS

@@ -9,6 +9,7 @@ from torch import nn
 
 from normfree.kernels._module import AlphaParam, PointwiseNorm, Shift
 from normfree.kernels._ops import Backend
+from normfree.kernels._options import KernelOptions
 from normfree.search_space import catalog, parse
 from normfree.search_space.baselines import NAMES as BASELINE_NAMES
 from normfree.specs import NORM_ALIASES, NormSpec, resolve_alias
@@ -40,6 +41,7 @@ def create_norm(
     learn_alpha: bool | None = None,
     alpha_param: AlphaParam = "linear",
     backend: Backend = "auto",
+    kernels: KernelOptions | None = None,
 ) -> nn.Module:
     """A norm layer for ``dim`` channels from a name, a formula, a Candidate or a NormSpec.
 
@@ -48,6 +50,7 @@ def create_norm(
     else ``catalog.resolve`` (a catalog name, a transform call such as ``"shift_h(erf, 0.5)"``,
     or a formula). A NormSpec brings its own options; keyword arguments given here override
     them. Defaults: shift "none", affine on, alpha0 0.5, alpha learnable (science.md section 1).
+    ``backend`` and ``kernels`` go to :class:`PointwiseNorm`.
     """
     if isinstance(spec, str) and spec.strip().lower() in NORM_ALIASES:
         spec = NormSpec(name=spec.strip().lower())
@@ -78,6 +81,7 @@ def create_norm(
         learn_alpha=True if learn_alpha is None else learn_alpha,
         alpha_param=alpha_param,
         backend=backend,
+        kernels=kernels,
     )
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from normfree.kernels._ops import Backend, CandidateLike, compile_candidate, pointwise_norm
+from normfree.kernels._options import KernelOptions
 
 Shift = Literal["none", "scalar", "channel"]
 AlphaParam = Literal["linear", "log"]
@@ -21,6 +22,8 @@ class PointwiseNorm(nn.Module):
     ``alpha0``), ``s`` (0-d for ``shift="scalar"``, ``[D]`` for ``"channel"``, absent for
     ``"none"``; init 0), ``gamma``/``beta`` (``[D]``, init 1/0; absent when ``affine=False``).
     None of them should get weight decay: :meth:`no_decay_parameters` lists them.
+    ``kernels``: where its generated code lives and what "auto" runs on CPU (None: the process
+    default, :func:`normfree.kernels.default_options`).
     """
 
     def __init__(
@@ -34,6 +37,7 @@ class PointwiseNorm(nn.Module):
         learn_alpha: bool = True,
         alpha_param: AlphaParam = "linear",
         backend: Backend = "auto",
+        kernels: KernelOptions | None = None,
     ) -> None:
         super().__init__()
         if shift not in ("none", "scalar", "channel"):
@@ -43,7 +47,7 @@ class PointwiseNorm(nn.Module):
         self.shift = shift
         self.affine = affine
         self.backend: Backend = backend
-        self._op = compile_candidate(candidate)
+        self._op = compile_candidate(candidate, kernels)
         if alpha_param not in ("linear", "log"):
             raise ValueError(f"alpha_param must be 'linear' or 'log', got {alpha_param!r}")
         self.alpha_param = alpha_param if learn_alpha else "linear"

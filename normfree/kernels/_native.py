@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from normfree.kernels._cache import _slug, cache_dir, create_once
-from normfree.settings import get_settings
+from normfree.kernels._cache import _slug, create_once
+from normfree.kernels._options import KernelOptions
 
 # Below this many elements a call runs on the calling thread: the pool hand-off (~20-50 us)
 # costs more than the split saves (the default ViT proxy's norm calls are ~70k elements).
@@ -56,9 +56,9 @@ class NativeBuildError(RuntimeError):
     """The C compiler is missing or rejected the generated source."""
 
 
-def compiler() -> str | None:
-    """Path of the configured C compiler, or None when it is not installed."""
-    return shutil.which(get_settings().kernel_cc)
+def compiler(cc: str) -> str | None:
+    """Path of the C compiler ``cc``, or None when it is not installed."""
+    return shutil.which(cc)
 
 
 def compile_flags() -> list[str]:
@@ -76,9 +76,9 @@ def link_flags() -> list[str]:
     return ["-lmvec", "-lm"] if platform.machine() in ("x86_64", "AMD64") else ["-lm"]
 
 
-def build_key(source: str) -> str:
+def build_key(source: str, cc: str) -> str:
     """Cache key of a built library: the source text and everything that shapes the binary."""
-    parts = [source, get_settings().kernel_cc, *compile_flags(), *link_flags()]
+    parts = [source, cc, *compile_flags(), *link_flags()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
@@ -100,16 +100,13 @@ _libraries: dict[Path, NativeKernels] = {}
 _lock = threading.Lock()
 
 
-def build(name: str, source: str) -> NativeKernels:
+def build(name: str, source: str, options: KernelOptions) -> NativeKernels:
     """Compile (once per machine) and load the library for ``source``."""
-    cc = compiler()
+    cc = compiler(options.cc)
     if cc is None:
-        raise NativeBuildError(
-            f"no C compiler {get_settings().kernel_cc!r} on PATH (set NORMFREE_KERNEL_CC)"
-        )
-    key = build_key(source)
-    directory = cache_dir()
-    lib_path = directory / f"native_{_slug(name)}_{key}.so"
+        raise NativeBuildError(f"no C compiler {options.cc!r} on PATH (set NORMFREE_KERNEL_CC)")
+    key = build_key(source, options.cc)
+    lib_path = options.cache / f"native_{_slug(name)}_{key}.so"
     with _lock:
         loaded = _libraries.get(lib_path)
         if loaded is not None:

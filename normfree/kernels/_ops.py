@@ -7,8 +7,8 @@ Layering (Liger style): generated ``_fwd_kernel``/``_bwd_kernel`` (Triton) or ge
 Backends: ``"triton"`` (generated Triton; CUDA tensors, or CPU tensors under
 ``TRITON_INTERPRET=1``), ``"native"`` (generated C, CPU: :mod:`._native`), ``"torch"``
 (generated torch code, eager), ``"compile"`` (the same torch code fused by ``torch.compile``)
-and ``"auto"``: Triton on CUDA, and on CPU the path selected by :func:`cpu_auto` (see its
-docstring for the measurement behind it).
+and ``"auto"``: Triton on CUDA, and on CPU the operator's ``KernelOptions.cpu_backend`` (see
+:class:`._options.KernelOptions` for the measurement behind its default).
 
 ``import normfree.kernels`` does not import triton: Triton decides at *its* import whether
 ``@triton.jit`` makes interpreter objects (``TRITON_INTERPRET``), so importing it early from a
@@ -31,24 +31,10 @@ from torch import Tensor
 from normfree.kernels import _native, _torch_ops
 from normfree.kernels._cache import cache_key, load_generated
 from normfree.kernels._codegen import c_source, torch_source, triton_source
-from normfree.settings import get_settings
+from normfree.kernels._options import KernelOptions, default_options
 
 Backend = Literal["auto", "triton", "native", "torch", "compile"]
 BACKENDS = ("auto", "triton", "native", "torch", "compile")
-
-
-def cpu_auto() -> str:
-    """What "auto" runs on CPU tensors: ``get_settings().kernel_cpu_backend``, "native" by default.
-
-    Decision (bench/bench_kernels_cpu.py, CPU time per Derf fwd+bwd step): the generated C is
-    the fastest CPU path at every shape measured, from the ViT proxy's [64*17, 64] to [8192, 384],
-    and costs ~0.5 s of C compilation once per candidate and machine (then a file load).
-    ``torch.compile`` of the generated torch code is slower per step at these shapes and costs
-    ~13 s per candidate and process with a cold inductor cache; eager torch code is 2-3x slower
-    than native. "torch" stays available for machines without a C compiler (the native path
-    falls back to it by itself) and "compile" for comparison.
-    """
-    return get_settings().kernel_cpu_backend
 
 
 class CandidateLike(Protocol):
@@ -69,12 +55,13 @@ def _variable(expr: sympy.Expr, derivative: sympy.Expr) -> sympy.Symbol:
 
 @dataclass(eq=False)
 class CompiledOperator:
-    """The generated code of one candidate; modules load lazily from the kernel cache."""
+    """The generated code of one candidate; modules load lazily from ``options.cache``."""
 
     name: str
     expr: sympy.Expr
     derivative: sympy.Expr
     canonical: str
+    options: KernelOptions = field(default_factory=KernelOptions)
     _compiled: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledOperator:
@@ -82,7 +69,8 @@ class CompiledOperator:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickles as its expressions (sympy pickles); the generated modules reload from the cache
-        return (_rebuild, (self.name, self.expr, self.derivative, self.canonical))
+        args = (self.name, self.expr, self.derivative, self.canonical, self.options)
+        return (_rebuild, args)
 
     @property
     def variable(self) -> sympy.Symbol:
@@ -94,14 +82,14 @@ class CompiledOperator:
     @functools.cached_property
     def torch_module(self) -> ModuleType:
         return load_generated(
-            "torch", self.name, self._key("torch"),
+            self.options.cache, "torch", self.name, self._key("torch"),
             lambda: torch_source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
     @functools.cached_property
     def triton_module(self) -> ModuleType:
         return load_generated(
-            "triton", self.name, self._key("triton"),
+            self.options.cache, "triton", self.name, self._key("triton"),
             lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
@@ -109,7 +97,7 @@ class CompiledOperator:
     def native_kernels(self) -> _native.NativeKernels:
         """The C kernels (built once per machine into the kernel cache, then loaded)."""
         source = c_source(self.expr, self.derivative, self.variable, self.canonical)
-        return _native.build(self.name, source)
+        return _native.build(self.name, source, self.options)
 
     def compiled(self, which: Literal["forward", "backward"]) -> Any:
         """torch.compile'd forward / backward (built once each, dynamic shapes)."""
@@ -131,36 +119,42 @@ class _Parts:
     canonical: str
 
 
-def _rebuild(name: str, expr: sympy.Expr, derivative: sympy.Expr, canonical: str):
-    return compile_candidate(_Parts(name, expr, derivative, canonical))
+def _rebuild(
+    name: str, expr: sympy.Expr, derivative: sympy.Expr, canonical: str, options: KernelOptions
+) -> CompiledOperator:
+    return compile_candidate(_Parts(name, expr, derivative, canonical), options)
 
 
-_operators: dict[tuple[str, str], CompiledOperator] = {}
+_operators: dict[tuple[str, str, KernelOptions], CompiledOperator] = {}
 _operators_lock = threading.Lock()
 
 
-def compile_candidate(candidate: CandidateLike | CompiledOperator) -> CompiledOperator:
-    """The (process-wide, memoised) compiled operator of a candidate."""
+def compile_candidate(
+    candidate: CandidateLike | CompiledOperator, options: KernelOptions | None = None
+) -> CompiledOperator:
+    """The (process-wide, memoised) compiled operator of a candidate under ``options`` (None:
+    :func:`._options.default_options`). An operator given in is returned as it is."""
     if isinstance(candidate, CompiledOperator):
         return candidate
+    options = options if options is not None else default_options()
     expr, derivative = candidate.expr, candidate.derivative
     if not isinstance(expr, sympy.Basic) or not isinstance(derivative, sympy.Basic):
         raise TypeError("a candidate's expr and derivative must be sympy expressions")
-    key = (sympy.srepr(expr), sympy.srepr(derivative))
+    key = (sympy.srepr(expr), sympy.srepr(derivative), options)
     with _operators_lock:
         op = _operators.get(key)
         if op is None:
             canonical = str(getattr(candidate, "canonical", None) or sympy.sstr(expr))
-            op = CompiledOperator(candidate.name, expr, derivative, canonical)
+            op = CompiledOperator(candidate.name, expr, derivative, canonical, options)
             _operators[key] = op
         return op
 
 
-def resolve_backend(backend: Backend, x: Tensor) -> str:
+def resolve_backend(backend: Backend, x: Tensor, options: KernelOptions) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        return "triton" if x.is_cuda else cpu_auto()
+        return "triton" if x.is_cuda else options.cpu_backend
     if backend == "triton" and not x.is_cuda:
         from triton import knobs
 
@@ -186,28 +180,29 @@ def _disable_compile(exc: Exception) -> None:
     )
 
 
-_native_error: str | None = None
+# C compilers found missing in this process (name -> the error): every later operator that
+# would build with one runs the eager path without trying again.
+_missing_compilers: dict[str, str] = {}
 
 
 def _native_usable(op: CompiledOperator, x: Tensor) -> bool:
     """Whether the native path runs this call: fp32/fp16/bf16 CPU input and a built library.
 
     fp64 (gradcheck) and empty inputs take the eager path, which computes in fp64. A missing
-    compiler warns once and every later call in the process runs the eager path; a compiler
-    error (a generator bug for one expression) warns once for that candidate, which alone falls
-    back.
+    compiler warns once and every later call in the process that would use it runs the eager
+    path; a compiler error (a generator bug for one expression) warns once for that candidate,
+    which alone falls back.
     """
-    global _native_error
-    if x.dtype == torch.float64 or x.is_cuda or _native_error is not None or x.numel() == 0:
+    if x.dtype == torch.float64 or x.is_cuda or x.numel() == 0:
         return False  # (an empty input has nothing to compute; the eager path shapes its grads)
-    if "native_error" in op._compiled:
+    if op.options.cc in _missing_compilers or "native_error" in op._compiled:
         return False
     try:
         op.native_kernels  # noqa: B018 - builds or loads the library
     except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"
-        if _native.compiler() is None:
-            _native_error = message  # no compiler: no candidate can build in this process
+        if _native.compiler(op.options.cc) is None:
+            _missing_compilers[op.options.cc] = message  # no candidate can build with it
         op._compiled["native_error"] = message  # else only this candidate falls back
         warnings.warn(
             f"native CPU kernels of {op.name!r} unavailable ({message}); using eager torch code",
@@ -300,15 +295,18 @@ def pointwise_norm(
     beta: Tensor | None = None,
     *,
     backend: Backend = "auto",
+    kernels: KernelOptions | None = None,
 ) -> Tensor:
     """Functional form: ``gamma * f(alpha * x + s) + beta`` over the last dimension of ``x``.
 
     ``alpha`` is a 0-d tensor, ``s`` 0-d or ``[D]`` (or None), ``gamma``/``beta`` ``[D]`` (both or
-    neither). Differentiable in all five.
+    neither). Differentiable in all five. ``kernels``: where the generated code lives and what
+    "auto" runs on CPU (a compiled operator brings its own).
     """
     if (gamma is None) != (beta is None):
         raise ValueError("gamma and beta come together (affine) or not at all")
     if alpha.dim() != 0:
         raise ValueError("alpha must be a 0-d tensor")
-    op = compile_candidate(candidate)
-    return PointwiseNormFunction.apply(x, alpha, s, gamma, beta, op, resolve_backend(backend, x))
+    op = compile_candidate(candidate, kernels)
+    chosen = resolve_backend(backend, x, op.options)
+    return PointwiseNormFunction.apply(x, alpha, s, gamma, beta, op, chosen)

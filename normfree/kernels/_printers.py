@@ -1,176 +1,45 @@
-"""Printers: one sympy expression and its derivative -> torch or Triton source.
+"""Printers: one sympy expression and its derivative -> torch, Triton or C source.
 
 A printer is a table of known functions plus a few special cases (``Pow``, ``Piecewise``, ``Min``/
 ``Max``, numbers), in the manner of sympy's own code printers, but written for the closed node set
-that ``search_space`` guarantees (brief: numbers, Add, Mul, Pow with a constant exponent, Abs, sign,
-exp, log, erf, erfc, tanh, atan, asinh, sinh, cosh, sin, cos, Min, Max, Piecewise over
-relations/And/Or/Not). Anything else raises :class:`PrinterError` instead of printing something
-approximate.
+that ``search_space`` guarantees (numbers, Add, Mul, Pow with a constant exponent, Min, Max,
+Piecewise over relations/And/Or/Not, and the primitives of ``search_space.primitives``). Anything
+else raises :class:`PrinterError` instead of printing something approximate.
+
+The functions come from the primitives table, one column per printer: a library call
+(``torch.erf``, ``tl.exp``, ``fabsf``) or a :class:`~normfree.search_space.primitives.Code`
+helper, which the printer collects as it prints and :meth:`_Printer.helper_source` writes out,
+every helper after the helpers it calls. The dialect decisions (Triton from core ops only, C
+branch-free and vectorisable) are stated with the table.
 
 ``f`` and ``f'`` go through one :func:`sympy.cse` call, so the shared work (``tanh(u)`` in
 ``1 - tanh(u)**2``, ``abs(u)``, ...) is computed once when both are needed (the backward kernel).
 
-Dialect choice for Triton (stated once, here): every function is printed from *core* Triton ops
-(exp, log, sqrt, sigmoid-free closed forms, where, erf) so that the SAME kernel source runs under
-``TRITON_INTERPRET=1`` on CPU in the tests and compiled on a GPU. libdevice's tanh/atan/asinh do not
-run in the interpreter, so they are replaced by the helpers in :data:`TRITON_HELPERS`:
-
-- ``tanh``: ``sign(x) * (1 - e) / (1 + e)``, ``e = exp(-2|x|)`` (never overflows), with the Taylor
-  series below |x| < 0.1 so small inputs keep their relative accuracy.
-- ``asinh``: ``sign(x) * log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))``, and ``log(2|x|)`` above 2^28
-  where ``x^2`` would overflow; odd symmetry gives large negative inputs the same accuracy.
-- ``log1p``: Goldberg's trick ``t * log(1 + t) / ((1 + t) - 1)`` (exact rounding compensation).
-- ``atan``: range reduction to [0, 1] (``atan(x) = pi/2 - atan(1/x)`` above 1, odd symmetry) and
-  an odd polynomial of degree 21 whose coefficients are fitted by least squares on Chebyshev nodes
-  when this module loads (:func:`atan_coefficients`; a test bounds its fp32 error by 2e-7).
-- ``sinh``/``cosh``: from ``exp``, ``sinh`` with a Taylor branch below |x| < 0.1.
-- ``erfc``: ``1 - erf(x)`` (absolute error ~1e-7; relative accuracy is lost only where erfc < 1e-7).
-- ``Pow``: integer exponents by repeated multiplication (negative: one division); half-integers by
-  ``sqrt``; any other constant ``p`` by ``exp(p * log(x))``. For ``x = 0`` that is 0 when p > 0 and
-  inf when p < 0 (log(0) = -inf), and NaN for x < 0, the same as ``torch.pow`` (the catalog writes
-  odd powers as ``sign(u) * abs(u)**p``).
+``Pow``: integer exponents by repeated multiplication (negative: one division); half-integers by
+``sqrt``; any other constant ``p`` by ``exp(p * log(x))``. For ``x = 0`` that is 0 when p > 0 and
+inf when p < 0 (log(0) = -inf), and NaN for x < 0, the same as ``torch.pow`` (the catalog writes
+odd powers as ``sign(u) * abs(u)**p``).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import ClassVar
 
-import numpy as np
 import sympy
 
-from normfree.search_space.primitives import printer_functions
+from normfree.search_space.primitives import C_EXP, C_LOGF, Code, ordered, printer_functions
 
 __all__ = [
-    "TRITON_HELPERS",
     "CPrinter",
     "PrinterError",
     "TorchPrinter",
     "TritonPrinter",
-    "atan_coefficients",
-    "c_helpers",
     "cse_lines",
-    "erf_rational_fit",
 ]
-
-ATAN_TERMS = 11  # odd polynomial t*P(t^2) with 11 terms: fp32 evaluation error ~8e-8 on [0, 1]
 
 
 class PrinterError(ValueError):
     """An expression outside the node set the printers know."""
-
-
-@functools.lru_cache(maxsize=1)
-def atan_coefficients(terms: int = ATAN_TERMS) -> tuple[float, ...]:
-    """Least-squares fit of atan(t) = sum_k c_k t^(2k+1) on 4000 Chebyshev nodes of [0, 1].
-
-    Computed at load time rather than pasted from a table, so the approximation is reproducible
-    from its definition; the fit is deterministic (fixed nodes, LAPACK lstsq).
-    """
-    n = 4000
-    t = 0.5 * (1.0 - np.cos(np.pi * (np.arange(n) + 0.5) / n))
-    basis = np.stack([t ** (2 * k + 1) for k in range(terms)], axis=1)
-    coef, *_ = np.linalg.lstsq(basis, np.arctan(t), rcond=None)
-    return tuple(float(c) for c in coef)
-
-
-def _atan_helper() -> str:
-    coefs = atan_coefficients()
-    horner = repr(coefs[-1])
-    for c in reversed(coefs[:-1]):
-        horner = f"({horner}) * s + {c!r}"
-    return f"""
-@triton.jit
-def _atan(x):
-    # range reduction to [0, 1], then the fitted odd polynomial t * P(t^2)
-    a = tl.abs(x)
-    big = a > 1.0
-    t = tl.where(big, 1.0 / tl.maximum(a, 1.0), a)
-    s = t * t
-    p = t * ({horner})
-    r = tl.where(big, 1.5707963267948966 - p, p)
-    return tl.where(x < 0.0, -r, r)
-"""
-
-
-_TANH = """
-@triton.jit
-def _tanh(x):
-    a = tl.abs(x)
-    e = tl.exp(-2.0 * a)
-    big = (1.0 - e) / (1.0 + e)
-    s = a * a
-    # Taylor to x^7 below 0.1 (next term 2e-11 relative)
-    small = a * (1.0 + s * (-0.3333333333333333
-                            + s * (0.13333333333333333 + s * -0.05396825396825397)))
-    r = tl.where(a < 0.1, small, big)
-    return tl.where(x < 0.0, -r, r)
-"""
-
-_LOG1P = """
-@triton.jit
-def _log1p(t):
-    # Goldberg: log(1 + t) with the rounding of (1 + t) compensated; exact for tiny t
-    w = 1.0 + t
-    d = w - 1.0
-    return tl.where(d == 0.0, t, tl.log(w) * (t / tl.where(d == 0.0, 1.0, d)))
-"""
-
-_ASINH = """
-@triton.jit
-def _asinh(x):
-    a = tl.abs(x)
-    s = a * a
-    near = _log1p(a + s / (1.0 + tl.sqrt(1.0 + s)))
-    far = tl.log(a) + 0.6931471805599453
-    r = tl.where(a > 268435456.0, far, near)
-    return tl.where(x < 0.0, -r, r)
-"""
-
-_SINH = """
-@triton.jit
-def _sinh(x):
-    a = tl.abs(x)
-    e = tl.exp(a)
-    big = 0.5 * (e - 1.0 / e)
-    s = a * a
-    small = a * (1.0 + s * (0.16666666666666666 + s * 0.008333333333333333))
-    r = tl.where(a < 0.1, small, big)
-    return tl.where(x < 0.0, -r, r)
-"""
-
-_COSH = """
-@triton.jit
-def _cosh(x):
-    e = tl.exp(tl.abs(x))
-    return 0.5 * (e + 1.0 / e)
-"""
-
-_SIGN = """
-@triton.jit
-def _sign(x):
-    # sign(0) = 0 (science.md); NaN stays NaN through x * 0
-    return tl.where(x > 0.0, 1.0, tl.where(x < 0.0, -1.0, x * 0.0))
-"""
-
-_ERFC = """
-@triton.jit
-def _erfc(x):
-    return 1.0 - tl.math.erf(x)
-"""
-
-# name -> (source, helpers it calls)
-TRITON_HELPERS: dict[str, tuple[Callable[[], str], tuple[str, ...]]] = {
-    "_tanh": (lambda: _TANH, ()),
-    "_atan": (_atan_helper, ()),
-    "_log1p": (lambda: _LOG1P, ()),
-    "_asinh": (lambda: _ASINH, ("_log1p",)),
-    "_sinh": (lambda: _SINH, ()),
-    "_cosh": (lambda: _COSH, ()),
-    "_sign": (lambda: _SIGN, ()),
-    "_erfc": (lambda: _ERFC, ()),
-}
 
 
 def _is_atom(text: str) -> bool:
@@ -195,11 +64,11 @@ def _is_atom(text: str) -> bool:
 class _Printer:
     """Shared walk over the node set; subclasses fill in the dialect."""
 
-    functions: ClassVar[dict[type, str]] = {}
+    functions: ClassVar[dict[type, str | Code]] = {}
 
     def __init__(self, variable: sympy.Symbol) -> None:
         self.variable = variable
-        self.helpers: set[str] = set()
+        self.helpers: set[Code] = set()
 
     # -- dialect hooks -------------------------------------------------------------------
     def number(self, value: float) -> str:
@@ -207,9 +76,25 @@ class _Printer:
 
     def call(self, func: type, arg: str) -> str:
         try:
-            return f"{self.functions[func]}({arg})"
+            code = self.functions[func]
         except KeyError:
             raise PrinterError(f"no {type(self).__name__} rule for {func.__name__}") from None
+        return f"{self.use(code)}({arg})"
+
+    def use(self, code: str | Code) -> str:
+        """The name to call for ``code``, noting a helper whose source must be written out."""
+        if isinstance(code, str):
+            return code
+        if code.text():
+            self.helpers.add(code)
+        else:
+            self.helpers.update(code.needs)
+        return code.name
+
+    def helper_source(self) -> str:
+        """Source of the helpers this printer's output calls, each after those it calls."""
+        texts = [code.text().rstrip("\n") for code in ordered(self.helpers) if code.text()]
+        return "\n\n".join(texts) + "\n" if texts else ""
 
     def where(self, cond: str, a: str, b: str) -> str:
         raise NotImplementedError
@@ -372,7 +257,7 @@ class _Printer:
 class TorchPrinter(_Printer):
     """Python over torch tensors (the CPU path and ``torch.compile``'s input)."""
 
-    functions: ClassVar[dict[type, str]] = printer_functions("torch_code")  # primitives table
+    functions: ClassVar[dict[type, str | Code]] = printer_functions("torch")
 
     def where(self, cond: str, a: str, b: str) -> str:
         return f"torch.where({cond}, {a}, {b})"
@@ -399,15 +284,7 @@ class TorchPrinter(_Printer):
 class TritonPrinter(_Printer):
     """Triton from core ops only (see the module docstring for the dialect decision)."""
 
-    functions: ClassVar[dict[type, str]] = printer_functions("triton")  # primitives table
-
-    def call(self, func: type, arg: str) -> str:
-        text = super().call(func, arg)
-        name = self.functions[func]
-        if name in TRITON_HELPERS:
-            self.helpers.add(name)
-            self.helpers.update(TRITON_HELPERS[name][1])
-        return text
+    functions: ClassVar[dict[type, str | Code]] = printer_functions("triton")
 
     def where(self, cond: str, a: str, b: str) -> str:
         return f"tl.where({cond}, {a}, {b})"
@@ -420,11 +297,6 @@ class TritonPrinter(_Printer):
 
     def general_pow(self, base: str, p: float) -> str:
         return f"tl.exp({p!r} * tl.log({base}))"
-
-    def helper_source(self) -> str:
-        """Source of the helper functions this printer's output calls, in dependency order."""
-        order = ["_log1p", "_sign", "_erfc", "_tanh", "_atan", "_asinh", "_sinh", "_cosh"]
-        return "".join(TRITON_HELPERS[name][0]() for name in order if name in self.helpers)
 
 
 def cse_lines(
@@ -463,164 +335,20 @@ def cse_lines(
 
 # ------------------------------------------------------------------------------------ C (CPU)
 # The native CPU path (normfree.kernels._native) prints the same expression to C99 that gcc
-# vectorises: every loop is ``#pragma omp simd`` and every function is either an inline helper
-# below (branch-free selects, so the loop if-converts) or a glibc libmvec vector function
-# (logf, sinf, cosf; declared ``simd`` so gcc calls their AVX2 variants). exp and erf are written
-# here rather than taken from libmvec because they are the whole cost of the Derf operator on
-# CPU: libmvec's accurate erff measured ~1.3 ns/element and expf ~1.1 on this machine's Zen 1
-# cores, more than LayerNorm's entire step per element (bench/bench_kernels_cpu.py).
-#
-# - ``nf_exp``: Cody-Waite reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in two constants),
-#   the degree-6 Taylor polynomial of e^r (truncation <= 1.2e-7 relative, about one ulp), and
-#   2^n built in the exponent bits. x < -86.6 flushes to 0 (true value < 2^-125), x > 88.72 is
-#   inf, NaN propagates through the polynomial.
-# - ``nf_erf``: one rational function on the clamped input, erf(x) ~ x P(x^2) / Q(x^2) with
-#   |x| <= 3.925 (erf(3.925) rounds to 1 in fp32), P of degree 6 and Q of degree 5 in x^2. Two
-#   polynomials and a division are cheaper than two branches plus an exp (both sides of a select
-#   are evaluated in SIMD code). The coefficients are the literals below, produced by
-#   :func:`erf_rational_fit` (linearised least squares with Lawson reweighting towards minimax);
-#   the fit's error in float64 is 1.5e-9 and a test bounds the fp32 result by 4e-7 absolute.
-ERF_P = (
-    1.1283791799884142,
-    0.18472150298119328,
-    0.05429280868038035,
-    0.0038347696417296486,
-    0.0003809062351144486,
-    4.731535570325074e-06,
-    -1.340865779519973e-08,
+# vectorises: every loop is ``#pragma omp simd`` and every function is an inline helper of the
+# primitives table (branch-free selects, so the loop if-converts) or a libmvec vector function.
+# A general power is exp(p * log(x)) through the table's exp and log.
+C_POW = Code(
+    "nf_pow",
+    "static inline float nf_pow(float x, float p) { return nf_exp(p * logf(x)); }\n",
+    (C_EXP, C_LOGF),
 )
-ERF_Q = (
-    1.0,
-    0.4970386930545004,
-    0.11379441635330874,
-    0.015437537980366692,
-    0.0013062399024890553,
-    6.354947625218047e-05,
-)
-ERF_CLAMP = 3.925
-
-
-def erf_rational_fit(
-    p_terms: int = len(ERF_P), q_terms: int = len(ERF_Q), iterations: int = 40
-) -> tuple[tuple[float, ...], tuple[float, ...], float]:
-    """Refit (P, Q, max float64 error) of erf(x) ~ x P(x^2) / Q(x^2), Q(0) = 1, on [0, clamp].
-
-    Each iteration solves the linear problem x P - erf(x) (Q - 1) = erf(x) by weighted least
-    squares on Chebyshev nodes; the weights 1/Q (and then sqrt|error|, Lawson's rule) move the
-    solution towards the minimax rational function. The best iterate is returned. This is how
-    :data:`ERF_P` / :data:`ERF_Q` were made; a test reruns it.
-    """
-    import math
-
-    x = _chebyshev_nodes(0.0, ERF_CLAMP, 6000)
-    y = np.array([math.erf(v) for v in x])
-    w = np.ones_like(x)
-    best: tuple[tuple[float, ...], tuple[float, ...], float] | None = None
-    for it in range(iterations):
-        cols = [x ** (2 * k + 1) for k in range(p_terms)]
-        cols += [-y * x ** (2 * k) for k in range(1, q_terms)]
-        coef, *_ = np.linalg.lstsq(np.stack(cols, 1) * w[:, None], y * w, rcond=None)
-        p, q = coef[:p_terms], np.concatenate([[1.0], coef[p_terms:]])
-        q_val = np.polyval(q[::-1], x * x)
-        err = x * np.polyval(p[::-1], x * x) / q_val - y
-        worst = float(np.abs(err).max())
-        if q_val.min() > 0 and (best is None or worst < best[2]):
-            best = (tuple(float(c) for c in p), tuple(float(c) for c in q), worst)
-        w = (np.abs(err) ** 0.5 if it >= 3 else 1.0) / np.abs(q_val)
-        w = np.maximum(w / w.max(), 1e-3)
-    assert best is not None
-    return best
-
-
-def _chebyshev_nodes(lo: float, hi: float, n: int = 4000) -> np.ndarray:
-    return lo + (hi - lo) * 0.5 * (1.0 - np.cos(np.pi * (np.arange(n) + 0.5) / n))
-
-
-def _c_horner(coefs: tuple[float, ...], var: str) -> str:
-    text = f"{coefs[-1]!r}f"
-    for c in reversed(coefs[:-1]):
-        text = f"({text}) * {var} + {c!r}f"
-    return text
-
-
-def c_helpers() -> str:
-    """C source of the inline helpers (always emitted: unused statics cost nothing)."""
-    taylor = _c_horner(tuple(1.0 / float(np.prod(np.arange(1, k + 1))) for k in range(7)), "r")
-    atan = _c_horner(atan_coefficients(), "s")
-    return f"""
-static inline float nf_bits(int32_t i) {{ float f; memcpy(&f, &i, sizeof f); return f; }}
-static inline float nf_sign(float x) {{ return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x * 0.0f); }}
-static inline float nf_exp(float x) {{
-    float xc = x < -86.6f ? -86.6f : x;
-    xc = xc > 88.72f ? 88.72f : xc;
-    float n = (xc * 1.4426950408889634f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xc - n * 0.693145751953125f;
-    r = r - n * 1.4286068203094173e-06f;
-    float p = {taylor};
-    float y = (p * 2.0f) * nf_bits(((int32_t)n + 126) << 23); /* NaN: p is NaN */
-    y = x < -86.6f ? 0.0f : y;
-    return x > 88.72f ? INFINITY : y;
-}}
-static inline float nf_erf(float x) {{
-    float xc = x < -{ERF_CLAMP!r}f ? -{ERF_CLAMP!r}f : x;
-    xc = xc > {ERF_CLAMP!r}f ? {ERF_CLAMP!r}f : xc; /* NaN passes both tests unchanged */
-    float s = xc * xc;
-    return xc * ({_c_horner(ERF_P, "s")}) / ({_c_horner(ERF_Q, "s")});
-}}
-static inline float nf_erfc(float x) {{ return 1.0f - nf_erf(x); }}
-static inline float nf_tanh(float x) {{
-    float a = fabsf(x);
-    float e = nf_exp(-2.0f * a);
-    float big = (1.0f - e) / (1.0f + e);
-    float s = a * a;
-    float small = a * (1.0f + s * (-0.3333333333333333f
-                       + s * (0.13333333333333333f + s * -0.05396825396825397f)));
-    float r = a < 0.1f ? small : big;
-    return x < 0.0f ? -r : r;
-}}
-static inline float nf_atan(float x) {{
-    float a = fabsf(x);
-    int big = a > 1.0f;
-    float t = big ? 1.0f / (a > 1.0f ? a : 1.0f) : a;
-    float s = t * t;
-    float p = t * ({atan});
-    float r = big ? 1.5707963267948966f - p : p;
-    return x < 0.0f ? -r : r;
-}}
-static inline float nf_log1p(float t) {{
-    float w = 1.0f + t;
-    float d = w - 1.0f;
-    return d == 0.0f ? t : logf(w) * (t / (d == 0.0f ? 1.0f : d));
-}}
-static inline float nf_asinh(float x) {{
-    float a = fabsf(x);
-    float s = a * a;
-    float near = nf_log1p(a + s / (1.0f + sqrtf(1.0f + s)));
-    float far = logf(a) + 0.6931471805599453f;
-    float r = a > 268435456.0f ? far : near;
-    return x < 0.0f ? -r : r;
-}}
-static inline float nf_sinh(float x) {{
-    float a = fabsf(x);
-    float e = nf_exp(a);
-    float big = 0.5f * (e - 1.0f / e);
-    float s = a * a;
-    float small = a * (1.0f + s * (0.16666666666666666f + s * 0.008333333333333333f));
-    float r = a < 0.1f ? small : big;
-    return x < 0.0f ? -r : r;
-}}
-static inline float nf_cosh(float x) {{
-    float e = nf_exp(fabsf(x));
-    return 0.5f * (e + 1.0f / e);
-}}
-static inline float nf_pow(float x, float p) {{ return nf_exp(p * logf(x)); }}
-"""
 
 
 class CPrinter(_Printer):
-    """C99 over ``float`` for the native CPU path (see :func:`c_helpers` for the functions)."""
+    """C99 over ``float`` for the native CPU path."""
 
-    functions: ClassVar[dict[type, str]] = printer_functions("c")  # primitives table
+    functions: ClassVar[dict[type, str | Code]] = printer_functions("c")
 
     def number(self, value: float) -> str:
         if value != value:
@@ -649,7 +377,7 @@ class CPrinter(_Printer):
         return f"sqrtf({base})"
 
     def general_pow(self, base: str, p: float) -> str:
-        return f"nf_pow({base}, {self.number(p)})"
+        return f"{self.use(C_POW)}({base}, {self.number(p)})"
 
 
 def _lead(value: sympy.Basic, indent: str, boolean_indent: str | None) -> str:

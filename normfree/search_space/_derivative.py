@@ -10,9 +10,9 @@ Convention (stated once, used everywhere):
 1. DiracDelta terms are dropped (they only live on a measure-zero set that step 3 handles).
 2. Heaviside(x) becomes (1 + sign(x))/2, i.e. 1/2 at x = 0. That is the derivative convention of
    Min/Max (clip): at a clip corner the derivative is the mean of the two one-sided slopes.
-3. At every *kink point* c (an exact real root of an argument of Abs, sign, Heaviside or the base
-   of a non-integer power: rational, or an exact constant like pi or sqrt(2); u = 0 is always
-   tried) the derivative's value is:
+3. At every *kink point* c (an exact real root of an argument of a kinked primitive such as Abs
+   and sign, of Heaviside, or of the base of a non-integer power: rational, or an exact constant
+   like pi or sqrt(2); u = 0 is always tried) the derivative's value is:
    - the mean of the one-sided limits of f' when both are finite (the true slope where f is
      differentiable: expsign, logsignclip and saturlog get slope 1 at 0);
    - otherwise (an infinite slope: exproot, power23clip at 0) the central secant slope
@@ -28,6 +28,7 @@ import sympy
 
 from normfree.search_space._numeric import evaluate_point
 from normfree.search_space._parser import U
+from normfree.search_space.primitives import heads
 
 SECANT_H = sympy.Rational(1, 1000)  # the h of the central secant at infinite-slope kinks
 _EPS = (sympy.Rational(1, 10**12), sympy.Rational(1, 10**24))
@@ -41,10 +42,12 @@ def _point_value(expr: sympy.Expr, at: sympy.Expr) -> float | None:
 
 
 def kink_arguments(expr: sympy.Expr) -> list[sympy.Expr]:
-    """Arguments whose zeros are potential kinks: of Abs, sign, Heaviside, non-integer powers."""
+    """Arguments whose zeros are potential kinks: of the kinked primitives (Abs, sign),
+    Heaviside, and non-integer powers."""
     args: list[sympy.Expr] = []
+    kinked = (*heads(lambda p: p.kink), sympy.Heaviside)
     for node in sympy.preorder_traversal(expr):
-        if isinstance(node, (sympy.Abs, sympy.sign, sympy.Heaviside)) and node.args[0].free_symbols:
+        if isinstance(node, kinked) and node.args[0].free_symbols:
             args.append(node.args[0])
         elif isinstance(node, sympy.Pow) and node.base.free_symbols and not node.exp.is_Integer:
             args.append(node.base)

@@ -33,6 +33,7 @@ from normfree.search_space._derivative import poly_real_roots
 from normfree.search_space._numeric import evaluate_array, evaluate_numpy
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.limits import check_real_at_infinity
+from normfree.search_space.primitives import heads
 
 HINT = (
     "formulas must be finite for every real u; guard the argument yourself, e.g. "
@@ -148,10 +149,12 @@ def _near_zero(g: sympy.Expr, grid: np.ndarray) -> float | None:
 def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -> None:
     """Raise :class:`ExpressionError` unless f and f' are finite on the whole real line."""
     grid = domain_grid(kinks)
+    # the primitives finite only for positive arguments (log), from the primitives table
+    positive = heads(lambda p: p.domain == "positive")
     # 1 + 2a: the dangerous sub-expressions, symbolically and by refined search.
     seen: set[sympy.Basic] = set()
     for node in sympy.preorder_traversal(expr):
-        if node in seen or not isinstance(node, (sympy.Pow, sympy.log)):
+        if node in seen or not isinstance(node, (sympy.Pow, *positive)):
             continue
         seen.add(node)
         if len(seen) > _MAX_GUARDED:
@@ -186,7 +189,7 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
                         f"{node} is not real near u={_fmt(at)} (negative base of a "
                         f"fractional power); {HINT}"
                     )
-        if isinstance(node, sympy.log):
+        if isinstance(node, positive):
             arg = node.args[0]
             for r in _poly_real_roots(arg):
                 raise ExpressionError(f"{node} is not finite at u={_fmt(r)}; {HINT}")
@@ -194,8 +197,8 @@ def check_domain(expr: sympy.Expr, derivative: sympy.Expr, kinks: list[float]) -
             bad = np.where(~(vals > 0))[0]
             if bad.size:
                 raise ExpressionError(
-                    f"{node} is not finite at u={_fmt(grid[bad[0]])} (log of a non-positive "
-                    f"number); {HINT}"
+                    f"{node} is not finite at u={_fmt(grid[bad[0]])} ({type(node).__name__} of "
+                    f"a non-positive number); {HINT}"
                 )
             at = _near_zero(arg, grid)
             if at is None:

@@ -22,8 +22,8 @@ from normfree.search_space.primitives import (
     PRIMITIVES,
     by_sympy,
     minmax,
-    resolve_numeric,
-    resolve_torch,
+    mp_function,
+    python_function,
 )
 
 # The node types the kernel printers rely on (brief: "the ONLY sympy node types").
@@ -71,20 +71,21 @@ class _Backend:
         self.lib = lib
         if lib == "numpy":
             self.funcs: dict[type, Callable[[Any], Any]] = {
-                p.sympy: resolve_numeric(p.numpy) for p in PRIMITIVES
+                p.sympy: python_function(p.numpy, "numpy") for p in PRIMITIVES
             }
-            self.where = np.where
-            self.minimum, self.maximum = np.minimum, np.maximum
-            self.logical_and, self.logical_or = np.logical_and, np.logical_or
-            self.logical_not = np.logical_not
+            module: Any = np
         else:
             import torch
 
-            self.funcs = {p.sympy: resolve_torch(p.torch) for p in PRIMITIVES}
-            self.where = torch.where
-            self.minimum, self.maximum = torch.minimum, torch.maximum
-            self.logical_and, self.logical_or = torch.logical_and, torch.logical_or
-            self.logical_not = torch.logical_not
+            self.funcs = {p.sympy: python_function(p.torch, "torch") for p in PRIMITIVES}
+            module = torch
+        self.where, self.logical_not = module.where, module.logical_not
+        self.folds: dict[type, Callable[[Any, Any], Any]] = {
+            sympy.Min: module.minimum,
+            sympy.Max: module.maximum,
+            sympy.And: module.logical_and,
+            sympy.Or: module.logical_or,
+        }
 
 
 @cache
@@ -166,12 +167,14 @@ def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
                 else:
                     out = backend.where(cond, val, out)
             return out
-        if isinstance(node, (sympy.Min, sympy.Max)):
-            op = backend.minimum if isinstance(node, sympy.Min) else backend.maximum
-            vals = [as_array(walk(a)) for a in node.args]
+        fold = backend.folds.get(type(node))
+        if fold is not None:  # Min, Max, And, Or: n-ary, folded pairwise
+            vals = [walk(a) for a in node.args]
+            if isinstance(node, (sympy.Min, sympy.Max)):
+                vals = [as_array(v) for v in vals]
             acc = vals[0]
             for v in vals[1:]:
-                acc = op(acc, v)
+                acc = fold(acc, v)
             return acc
         if isinstance(node, _RELATIONALS):
             lhs, rhs = as_array(walk(node.lhs)), walk(node.rhs)
@@ -186,18 +189,6 @@ def evaluate_array(expr: sympy.Basic, x: Any) -> Any:
             if isinstance(node, sympy.Equality):
                 return lhs == rhs
             return lhs != rhs
-        if isinstance(node, sympy.And):
-            vals = [walk(a) for a in node.args]
-            acc = vals[0]
-            for v in vals[1:]:
-                acc = backend.logical_and(acc, v)
-            return acc
-        if isinstance(node, sympy.Or):
-            vals = [walk(a) for a in node.args]
-            acc = vals[0]
-            for v in vals[1:]:
-                acc = backend.logical_or(acc, v)
-            return acc
         if isinstance(node, sympy.Not):
             return backend.logical_not(walk(node.args[0]))
         fn = backend.funcs.get(type(node))
@@ -221,31 +212,19 @@ def evaluate_numpy(expr: sympy.Basic, x: np.ndarray | float) -> np.ndarray:
 
 # -- high-precision point evaluation (kink values, exact-ish properties) ------------------------
 
-_MP_HUGE = 1e4  # |x| beyond which exp/sinh/cosh/tanh/erf are replaced by their saturated value
-_MP_TRIG_MAX = 1e15  # sin/cos of larger arguments need unbounded argument reduction: undefined
 
-
-def _mp_guarded(name: str, x: Any, mp: Any) -> Any:
-    """mpmath functions that cannot blow up: exp(exp(exp(100))) would need a number whose
-    exponent has 1e43 digits; we saturate long before (the value is then inf, 0 or +-1)."""
-    big = abs(x) > _MP_HUGE
-    if name == "exp":
-        return (mp.inf if x > 0 else mp.zero) if big else mp.exp(x)
-    if name == "sinh":
-        return (mp.inf if x > 0 else -mp.inf) if big else mp.sinh(x)
-    if name == "cosh":
-        return mp.inf if big else mp.cosh(x)
-    if name == "tanh":
-        return mp.sign(x) if big else mp.tanh(x)
-    if name == "erf":
-        return mp.sign(x) if big else mp.erf(x)
-    if name == "erfc":
-        return (mp.zero if x > 0 else mp.mpf(2)) if big else mp.erfc(x)
-    if name in ("sin", "cos"):
-        if abs(x) > _MP_TRIG_MAX:
-            return mp.nan
-        return mp.sin(x) if name == "sin" else mp.cos(x)
-    raise ValueError(name)
+def _mp_call(node: sympy.Basic, arg: Any, mp: Any) -> Any:
+    """A primitive at a high-precision point: its row's mpmath function, saturated beyond the
+    row's tails (exp(exp(exp(100))) would need a number whose exponent has 1e43 digits), NaN
+    where the value is not real (log of a negative number)."""
+    prim = by_sympy().get(type(node))
+    if prim is None:
+        raise ValueError(f"cannot evaluate sympy node {type(node).__name__}")
+    tails = prim.tails
+    if tails is not None and abs(arg) > tails.beyond:
+        return mp.mpf(tails.pos if arg > 0 else tails.neg)
+    value = mp_function(prim)(arg)
+    return mp.nan if isinstance(value, mp.mpc) else value
 
 
 def evaluate_point(
@@ -257,7 +236,7 @@ def evaluate_point(
 
     ``at`` is a float or an exact sympy Rational. Used where float64 is not enough: one-sided
     limits at a kink (u = c +- 1e-24) and the exact-looking values f(0), f'(0). Every function
-    that could need unbounded work on hostile input is guarded (see :func:`_mp_guarded`).
+    that could need unbounded work on hostile input is guarded (see :func:`_mp_call`).
     """
     import mpmath
 
@@ -336,18 +315,7 @@ def evaluate_point(
             arg = walk(node.args[0])
             if mpmath.isnan(arg):
                 return mp.nan
-            if isinstance(node, sympy.Abs):
-                return abs(arg)
-            if isinstance(node, sympy.sign):
-                return mpmath.sign(arg)
-            if isinstance(node, sympy.log):
-                return mpmath.log(arg) if arg > 0 else (-mp.inf if arg == 0 else mp.nan)
-            prim = by_sympy().get(type(node))
-            if prim is not None and prim.mpmath == "guarded":
-                return _mp_guarded(prim.name, arg, mp)
-            if prim is not None:
-                return getattr(mpmath, prim.mpmath)(arg)
-            raise ValueError(f"cannot evaluate sympy node {type(node).__name__}")
+            return _mp_call(node, arg, mp)
 
         try:
             if isinstance(at, sympy.Basic):  # an exact point: 1/3, pi + 10**-24, sqrt(2)

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from normfree.search_space.cost import MAX_SWITCHES
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.primitives import BY_NAME, PRIMITIVES
+from normfree.search_space.printed_size import MAX_SWITCHES
 
 # Limits. Each one bounds a resource an attacker (or a typo) could otherwise exhaust.
 MAX_LENGTH = 1000  # characters of formula text
@@ -39,10 +39,6 @@ MAX_CONSTANT = 1e6  # magnitude of any literal or constant sub-expression
 MIN_CONSTANT = 1e-12  # smallest magnitude of a non-zero constant (1e-320 is a typo or an attack)
 MAX_EXPONENT = 32  # magnitude of a constant exponent
 MAX_ARGS = 8  # arguments of min/max
-
-# Branch points each call adds (see search_space.cost.MAX_SWITCHES): min/max count their
-# arguments, clip its two bounds, the rest one switch each.
-_SWITCHES = {"abs": 1, "sign": 1, "cbrt": 1, "softsign": 1, "relu": 1, "clip": 2, "clamp": 2}
 
 
 @dataclass(frozen=True)
@@ -125,6 +121,15 @@ def tokenize(text: str) -> list[Token]:
 
 # Other names of primitives (``search_space.primitives``): numpy's and the papers' spellings.
 ALIASES = {"arctan": "atan", "arcsinh": "asinh", "ln": "log"}
+
+# Branch points each call adds (see search_space.printed_size.MAX_SWITCHES): min/max count
+# their arguments, clip its two bounds, a kinked primitive (abs, sign) and the functions the
+# language spells with one, one switch each.
+_SWITCHES = {
+    **{p.name: 1 for p in PRIMITIVES if p.kink},
+    **{alias: 1 for alias, name in ALIASES.items() if BY_NAME[name].kink},
+    **{"cbrt": 1, "softsign": 1, "relu": 1, "clip": 2, "clamp": 2},
+}
 
 # Floats of the constant functions, used to bound constant sub-expressions *before* sympy
 # builds them (so 999999**32 is refused without sympy ever computing it). Every name the

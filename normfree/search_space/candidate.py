@@ -19,8 +19,8 @@ from normfree.search_space._derivative import kernel_safe_derivative, kink_point
 from normfree.search_space._domain import check_domain
 from normfree.search_space._numeric import disallowed_nodes
 from normfree.search_space._parser import U, parse_expr_text
-from normfree.search_space.cost import check_cost
 from normfree.search_space.errors import ExpressionError
+from normfree.search_space.printed_size import check_cost
 
 if TYPE_CHECKING:
     import numpy as np

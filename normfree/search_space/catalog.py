@@ -31,47 +31,75 @@ Group = Literal["natural", "transformed", "clipped unbounded", "ratio", "growth"
 
 @dataclass(frozen=True)
 class Entry:
-    """One catalog row: the single definition of a named function."""
+    """One catalog row: the single definition of a named function.
+
+    ``reference`` is the function as its source writes it (science.md), in Python over ``u``
+    (``pi``, ``abs``, ``sign``, ``sqrt``, ``exp``, ``log``, ``sin``, ``cos``, ``sinh``, ``cosh``,
+    ``tanh``, ``erf``, ``arctan``, ``asinh``, ``clip(v)`` to [-1, 1], ``clamp(v, lo, hi)``): a
+    second, independent transcription the tests evaluate with numpy and torch against
+    ``formula``'s candidate and its kernels.
+    """
 
     name: str
     group: Group
     formula: str
     citation: str
     description: str = ""
+    reference: str = ""
 
 
 # science.md section 2 (the 16 search candidates) and section 3 (growth-rate and non-monotonic
 # families). clip(v) = min(max(v, -1), 1); sign(0) = 0.
 ENTRIES: tuple[Entry, ...] = (
-    Entry("erf", "natural", "erf(u)", DERF, "Derf"),
-    Entry("tanh", "natural", "tanh(u)", DYT, "DyT"),
-    Entry("arctan", "natural", "2/pi*atan(u)", DERF),
-    Entry("satursin", "transformed", "sin(clip(u, -pi/2, pi/2))", DERF),
-    Entry("expsign", "transformed", "sign(u)*(1 - exp(-abs(u)))", DERF),
-    Entry("exproot", "transformed", "sign(u)*(1 - exp(-sqrt(abs(u))))", DERF),
-    Entry("relsign", "transformed", "u/(sqrt(u^2 + 1) + 1)", DERF),
-    Entry("isru", "transformed", "u/sqrt(u^2 + 1)", DERF),
-    Entry("cubsign", "transformed", "u^3/(abs(u)^3 + 1)", DERF),
-    Entry("logsignclip", "clipped unbounded", "clip(sign(u)*log(abs(u) + 1))", DERF),
-    Entry("logquadclip", "clipped unbounded", "clip(sign(u)*log(u^2 + 1))", DERF),
-    Entry("arcsinhclip", "clipped unbounded", "clip(asinh(u))", DERF),
-    Entry("power23clip", "clipped unbounded", "clip(sign(u)*abs(u)^(2/3))", DERF),
-    Entry("linearclip", "clipped unbounded", "clip(u)", DERF),
-    Entry("smoothsign", "ratio", "u/(1 + abs(u))", DERF),
-    Entry("saturlog", "ratio", "log(abs(u) + 1)/(log(abs(u) + 1) + 1)*sign(u)", DERF),
+    Entry("erf", "natural", "erf(u)", DERF, "Derf", reference="erf(u)"),
+    Entry("tanh", "natural", "tanh(u)", DYT, "DyT", reference="tanh(u)"),
+    Entry("arctan", "natural", "2/pi*atan(u)", DERF, reference="(2 / pi) * arctan(u)"),
+    Entry("satursin", "transformed", "sin(clip(u, -pi/2, pi/2))", DERF,
+          reference="sin(clamp(u, -pi / 2, pi / 2))"),
+    Entry("expsign", "transformed", "sign(u)*(1 - exp(-abs(u)))", DERF,
+          reference="sign(u) * (1 - exp(-abs(u)))"),
+    Entry("exproot", "transformed", "sign(u)*(1 - exp(-sqrt(abs(u))))", DERF,
+          reference="sign(u) * (1 - exp(-sqrt(abs(u))))"),
+    Entry("relsign", "transformed", "u/(sqrt(u^2 + 1) + 1)", DERF,
+          reference="u / (sqrt(u**2 + 1) + 1)"),
+    Entry("isru", "transformed", "u/sqrt(u^2 + 1)", DERF, reference="u / sqrt(u**2 + 1)"),
+    Entry("cubsign", "transformed", "u^3/(abs(u)^3 + 1)", DERF,
+          reference="u**3 / (abs(u)**3 + 1)"),
+    Entry("logsignclip", "clipped unbounded", "clip(sign(u)*log(abs(u) + 1))", DERF,
+          reference="clip(sign(u) * log(abs(u) + 1))"),
+    Entry("logquadclip", "clipped unbounded", "clip(sign(u)*log(u^2 + 1))", DERF,
+          reference="clip(sign(u) * log(u**2 + 1))"),
+    Entry("arcsinhclip", "clipped unbounded", "clip(asinh(u))", DERF,
+          reference="clip(asinh(u))"),
+    Entry("power23clip", "clipped unbounded", "clip(sign(u)*abs(u)^(2/3))", DERF,
+          reference="clip(sign(u) * abs(u)**(2 / 3))"),
+    Entry("linearclip", "clipped unbounded", "clip(u)", DERF, reference="clip(u)"),
+    Entry("smoothsign", "ratio", "u/(1 + abs(u))", DERF, reference="u / (1 + abs(u))"),
+    Entry("saturlog", "ratio", "log(abs(u) + 1)/(log(abs(u) + 1) + 1)*sign(u)", DERF,
+          reference="log(abs(u) + 1) / (log(abs(u) + 1) + 1) * sign(u)"),
     # Growth-rate family: unbounded and unclipped.
-    Entry("linear", "growth", "u", DERF_PROPS, "linear growth"),
-    Entry("power23", "growth", "sign(u)*abs(u)^(2/3)", DERF_PROPS, "sub-linear power 2/3"),
-    Entry("logsign", "growth", "sign(u)*log(abs(u) + 1)", DERF_PROPS, "logarithmic"),
-    Entry("logquad", "growth", "sign(u)*log(u^2 + 1)", DERF_PROPS, "logarithmic"),
-    Entry("asinh", "growth", "asinh(u)", DERF_PROPS, "logarithmic"),
+    Entry("linear", "growth", "u", DERF_PROPS, "linear growth", reference="u"),
+    Entry("power23", "growth", "sign(u)*abs(u)^(2/3)", DERF_PROPS, "sub-linear power 2/3",
+          reference="sign(u) * abs(u)**(2 / 3)"),
+    Entry("logsign", "growth", "sign(u)*log(abs(u) + 1)", DERF_PROPS, "logarithmic",
+          reference="sign(u) * log(abs(u) + 1)"),
+    Entry("logquad", "growth", "sign(u)*log(u^2 + 1)", DERF_PROPS, "logarithmic",
+          reference="sign(u) * log(u**2 + 1)"),
+    Entry("asinh", "growth", "asinh(u)", DERF_PROPS, "logarithmic", reference="asinh(u)"),
     # Non-monotonic family: each peaks near 1.
-    Entry("sin", "non-monotonic", "sin(u)", DERF_PROPS),
-    Entry("dampx", "non-monotonic", "2*u/(1 + u^2)", DERF_PROPS),
-    Entry("dampexp", "non-monotonic", "2.72*u*exp(-abs(u))", DERF_PROPS),
-)
+    Entry("sin", "non-monotonic", "sin(u)", DERF_PROPS, reference="sin(u)"),
+    Entry("dampx", "non-monotonic", "2*u/(1 + u^2)", DERF_PROPS, reference="2 * u / (1 + u**2)"),
+    Entry("dampexp", "non-monotonic", "2.72*u*exp(-abs(u))", DERF_PROPS,
+          reference="2.72 * u * exp(-abs(u))"),
+)  # fmt: skip
 
-SEARCH16: tuple[str, ...] = tuple(e.name for e in ENTRIES[:16])
+# The paper's 16 search candidates (science.md section 2), by name: the table's order and rows
+# may change, this list does not.
+SEARCH16: tuple[str, ...] = (
+    "erf", "tanh", "arctan", "satursin", "expsign", "exproot", "relsign", "isru", "cubsign",
+    "logsignclip", "logquadclip", "arcsinhclip", "power23clip", "linearclip", "smoothsign",
+    "saturlog",
+)  # fmt: skip
 
 
 _BY_NAME = {e.name: e for e in ENTRIES}
@@ -81,6 +109,7 @@ _RESOLVED: dict[str, Candidate] = {}
 _RESOLVED_MAX = 512
 
 assert len(_BY_NAME) == len(ENTRIES), "catalog names must be unique"
+assert len(set(SEARCH16)) == 16 and set(SEARCH16) <= set(_BY_NAME), "the paper's 16, by name"
 assert not (set(_BY_NAME) & set(_BASELINES)) and not (set(_BY_NAME) & set(TRANSFORMS))
 
 

@@ -1,12 +1,12 @@
 """A grammar over the expression language: sample, mutate and recombine function expressions.
 
 What the generative study (``workers.generate``) evolves. Genotypes are sympy trees in :data:`U`
-built only with the constructors the parser itself uses, from a fixed set of primitives:
+built only with the constructors the parser itself uses, from a fixed set of productions:
 
 - terminals: ``u`` and constants (short exact rationals, so canonical forms stay exact);
-- unary primitives: erf, tanh, atan, asinh, sin, exp, abs, sign, negation, square, cube,
-  sqrt|.|, log(1 + |.|), softsign, clip, Gaussian bump;
-- binary primitives: +, -, *, protected division ``a/(1 + |b|)`` (never a pole), min, max.
+- unary: the primitives the primitives table proposes (erf, tanh, atan, asinh, sin, exp, abs,
+  sign), negation, square, cube, sqrt|.|, log(1 + |.|), softsign, clip, Gaussian bump;
+- binary: +, -, *, protected division ``a/(1 + |b|)`` (never a pole), min, max.
 
 Limits: a sympy node count (``max_size``) and tree depth (``max_depth``) far below the parser's
 own (:data:`MAX_NODES`, :data:`MAX_DEPTH`), and every tree must depend on ``u``.
@@ -36,7 +36,7 @@ from normfree.search_space._parser import U
 from normfree.search_space._syntax import MAX_DEPTH, MAX_EXPONENT, MAX_NODES
 from normfree.search_space.candidate import Candidate, parse
 from normfree.search_space.errors import ExpressionError
-from normfree.search_space.primitives import PRIMITIVES
+from normfree.search_space.primitives import PRIMITIVES, heads
 
 __all__ = [
     "BINARY",
@@ -44,7 +44,7 @@ __all__ = [
     "UNARY",
     "Grammar",
     "GrammarLimits",
-    "Primitive",
+    "Production",
     "depth",
     "realize",
     "size",
@@ -56,7 +56,7 @@ _HALF = sympy.Rational(1, 2)
 
 
 @dataclass(frozen=True)
-class Primitive:
+class Production:
     """One grammar production: ``build(*children)`` makes the sympy node(s)."""
 
     name: str
@@ -65,43 +65,30 @@ class Primitive:
     weight: float = 1.0
 
 
-UNARY: tuple[Primitive, ...] = (
-    Primitive("erf", 1, sympy.erf, 1.5),
-    Primitive("tanh", 1, sympy.tanh, 1.5),
-    Primitive("atan", 1, sympy.atan),
-    Primitive("asinh", 1, sympy.asinh),
-    Primitive("sin", 1, sympy.sin, 0.5),
-    Primitive("exp", 1, sympy.exp, 0.5),
-    Primitive("abs", 1, sympy.Abs, 0.7),
-    Primitive("sign", 1, sympy.sign, 0.5),
-    Primitive("neg", 1, lambda a: -a, 0.7),
-    Primitive("square", 1, lambda a: a**2, 0.5),
-    Primitive("cube", 1, lambda a: a**3, 0.3),
-    Primitive("sqrtabs", 1, lambda a: sympy.Abs(a) ** _HALF, 0.5),
-    Primitive("log1pabs", 1, lambda a: sympy.log(1 + sympy.Abs(a)), 0.7),
-    Primitive("softsign", 1, lambda a: a / (1 + sympy.Abs(a)), 1.0),
-    Primitive("clip", 1, lambda a: sympy.Min(sympy.Max(a, -1), 1), 0.7),
-    Primitive("gauss", 1, lambda a: sympy.exp(-(a**2)), 0.4),
+# The primitives the table marks for proposal (``Primitive.propose``: erf, tanh, atan, asinh,
+# sin, exp, abs, sign), in table order, then the compound productions.
+UNARY: tuple[Production, ...] = (
+    *(Production(p.name, 1, p.sympy, p.propose) for p in PRIMITIVES if p.propose > 0),
+    Production("neg", 1, lambda a: -a, 0.7),
+    Production("square", 1, lambda a: a**2, 0.5),
+    Production("cube", 1, lambda a: a**3, 0.3),
+    Production("sqrtabs", 1, lambda a: sympy.Abs(a) ** _HALF, 0.5),
+    Production("log1pabs", 1, lambda a: sympy.log(1 + sympy.Abs(a)), 0.7),
+    Production("softsign", 1, lambda a: a / (1 + sympy.Abs(a)), 1.0),
+    Production("clip", 1, lambda a: sympy.Min(sympy.Max(a, -1), 1), 0.7),
+    Production("gauss", 1, lambda a: sympy.exp(-(a**2)), 0.4),
 )
-BINARY: tuple[Primitive, ...] = (
-    Primitive("add", 2, lambda a, b: a + b, 1.5),
-    Primitive("sub", 2, lambda a, b: a - b, 1.0),
-    Primitive("mul", 2, lambda a, b: a * b, 1.5),
-    Primitive("pdiv", 2, lambda a, b: a / (1 + sympy.Abs(b)), 0.7),
-    Primitive("min", 2, sympy.Min, 0.3),
-    Primitive("max", 2, sympy.Max, 0.3),
+BINARY: tuple[Production, ...] = (
+    Production("add", 2, lambda a, b: a + b, 1.5),
+    Production("sub", 2, lambda a, b: a - b, 1.0),
+    Production("mul", 2, lambda a, b: a * b, 1.5),
+    Production("pdiv", 2, lambda a, b: a / (1 + sympy.Abs(b)), 0.7),
+    Production("min", 2, sympy.Min, 0.3),
+    Production("max", 2, sympy.Max, 0.3),
 )
-# Heads a point mutation may swap for one another (same arity, one sympy class each).
-_SWAPPABLE: tuple[type, ...] = (
-    sympy.erf,
-    sympy.tanh,
-    sympy.atan,
-    sympy.asinh,
-    sympy.sin,
-    sympy.exp,
-    sympy.Abs,
-    sympy.sign,
-)
+# Heads a point mutation may swap for one another (same arity, one sympy class each): the
+# proposed primitives.
+_SWAPPABLE: tuple[type, ...] = heads(lambda p: p.propose > 0)
 MUTATIONS: tuple[str, ...] = ("point", "subtree", "constant", "wrap", "shrink")
 
 # Constants: magnitudes drawn log-uniformly in [0.1, 4], kept to two significant digits.
@@ -259,12 +246,12 @@ class Grammar:
         self,
         limits: GrammarLimits | None = None,
         *,
-        unary: tuple[Primitive, ...] = UNARY,
-        binary: tuple[Primitive, ...] = BINARY,
+        unary: tuple[Production, ...] = UNARY,
+        binary: tuple[Production, ...] = BINARY,
     ) -> None:
         self.limits = limits or GrammarLimits()
         if not unary or not binary:
-            raise ValueError("a grammar needs unary and binary primitives")
+            raise ValueError("a grammar needs unary and binary productions")
         self.unary = unary
         self.binary = binary
 
@@ -290,7 +277,7 @@ class Grammar:
     def terminal(self, rng: random.Random) -> sympy.Expr:
         return self.constant(rng) if rng.random() < self.limits.p_constant else U
 
-    def _pick(self, rng: random.Random, prims: tuple[Primitive, ...]) -> Primitive:
+    def _pick(self, rng: random.Random, prims: tuple[Production, ...]) -> Production:
         return rng.choices(prims, weights=[p.weight for p in prims])[0]
 
     def grow(self, rng: random.Random, max_depth: int) -> sympy.Expr:

@@ -28,6 +28,7 @@ import sympy
 from normfree.search_space._numeric import node_count
 from normfree.search_space._parser import U
 from normfree.search_space.errors import ExpressionError
+from normfree.search_space.primitives import heads
 
 MAX_LIMIT_NODES = 40
 _P = sympy.Symbol("p", positive=True)
@@ -52,7 +53,7 @@ def _tail(expr: sympy.Expr, sign: int) -> sympy.Expr | None:
         return None
     if _nesting(e) > MAX_LIMIT_NESTING:
         return None
-    if e.has(sympy.sign, sympy.Abs):  # only when they did not evaluate away
+    if e.has(*heads(lambda p: p.kink)):  # abs, sign: only when they did not evaluate away
         return None
     return e
 

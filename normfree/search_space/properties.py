@@ -34,6 +34,7 @@ from normfree.search_space._derivative import kink_arguments, kink_points
 from normfree.search_space._numeric import evaluate_numpy, evaluate_point, node_count
 from normfree.search_space._parser import U
 from normfree.search_space.limits import side_from_limits
+from normfree.search_space.primitives import heads
 
 if TYPE_CHECKING:
     from normfree.search_space.candidate import Candidate
@@ -148,7 +149,8 @@ def _symbolic_limit(expr: sympy.Expr, sign: int) -> float | None:
     """
     p = sympy.Symbol("p", positive=True)
     e = expr.xreplace({U: sign * p})  # Abs(±p) and sign(±p) evaluate away here
-    if node_count(e) > 40 or e.has(sympy.Min, sympy.Max, sympy.Piecewise, sympy.sign, sympy.Abs):
+    switches = (sympy.Min, sympy.Max, sympy.Piecewise, *heads(lambda p: p.kink))
+    if node_count(e) > 40 or e.has(*switches):
         return None
     try:
         lim = sympy.limit(e, p, sympy.oo)

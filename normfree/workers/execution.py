@@ -202,6 +202,7 @@ def _train_and_write(
 ) -> JobOutcome:
     import torch
 
+    from normfree.kernels import KernelOptions
     from normfree.workers.trainer import select_device, train_trial
 
     repo = store.repo
@@ -240,8 +241,13 @@ def _train_and_write(
         return False
 
     try:
+        settings = get_settings()
         result = train_trial(
-            config, report, threads=job.threads, device=select_device(get_settings())
+            config,
+            report,
+            threads=job.threads,
+            device=select_device(settings),
+            kernels=KernelOptions.from_settings(settings),
         )
     finally:
         done.set()

@@ -83,9 +83,12 @@ def prescreen(
     batch = int(p.extra.get("prescreen_batch", BATCH))
     bf16 = p.precision == "bf16"
     out: dict[str, Any] = {"proxy": proxy, "norm": res.norm.model_dump(), "seed": seed}
-    with trial_context(seed, get_settings().trial_threads):  # on CPU: a prescreen is seconds
+    from normfree.kernels import KernelOptions
+
+    settings = get_settings()
+    with trial_context(seed, settings.trial_threads):  # on CPU: a prescreen is seconds
         try:
-            model = build_model(res)
+            model = build_model(res, KernelOptions.from_settings(settings))
             task = TASKS[p.task](res)
             layers = diagnostics.measure(model, task.diag_loss, epoch=0)
         except Exception as exc:  # the operator cannot even run: the clearest possible verdict

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ from normfree.workers.proxies import PROXIES, Preset, get_preset
 from normfree.workers.proxies.configs import resolve_zero_init_final
 from normfree.workers.proxies.dit import Diffusion
 
+if TYPE_CHECKING:  # the kernels (and triton's import rules) load with the first norm built
+    from normfree.kernels import KernelOptions
+
 CHECK_EVERY = 8  # steps between divergence checks (one host sync each)
 EVAL_SEED = 12345  # fixed noise/timesteps/samples for diffusion evaluation, not the trial seed
 # Examples in the fixed diagnostics batch: one training batch's worth. The probe runs forward and
@@ -65,11 +68,16 @@ def parse_norm(text: str, **fields: Any) -> NormSpec:
 
 
 def norm_factory(
-    spec: NormSpec, affine: bool = True, alpha_param: str = "linear", candidate: Any = None
+    spec: NormSpec,
+    affine: bool = True,
+    alpha_param: str = "linear",
+    candidate: Any = None,
+    kernels: KernelOptions | None = None,
 ) -> Callable[[int], nn.Module]:
     """``dim -> norm module`` for every slot of a proxy; ``affine`` False for DiT's norms;
     ``alpha_param`` how a pointwise norm's alpha is parameterised (Preset.alpha_param);
-    ``candidate`` the spec's function when the caller already parsed it."""
+    ``candidate`` the spec's function when the caller already parsed it; ``kernels`` where its
+    generated code lives and what runs on CPU (None: the process default)."""
     spec = resolve_alias(spec)
     affine = affine and spec.affine
     from normfree.kernels import create_norm
@@ -88,8 +96,9 @@ def norm_factory(
                 alpha0=spec.alpha0,
                 learn_alpha=spec.learn_alpha,
                 alpha_param=alpha_param,
+                kernels=kernels,
             )
-        module = create_norm(target, dim, alpha_param=alpha_param)
+        module = create_norm(target, dim, alpha_param=alpha_param, kernels=kernels)
         if getattr(module, "candidate", None) is not None:
             resolved.append(module.candidate)
         return module
@@ -199,13 +208,15 @@ def _resolve(config: TrialConfig, allow_paths: bool) -> Resolved:
     return Resolved(preset, cfg, data, norm)
 
 
-def build_model(res: Resolved) -> nn.Module:
-    """The proxy with every norm slot filled by the resolved norm (uses the global torch RNG)."""
+def build_model(res: Resolved, kernels: KernelOptions | None = None) -> nn.Module:
+    """The proxy with every norm slot filled by the resolved norm (uses the global torch RNG);
+    ``kernels`` as in :func:`norm_factory`."""
     factory = norm_factory(
         res.norm,
         affine=res.preset.norm_affine,
         alpha_param=res.preset.alpha_param,
         candidate=res.candidate,
+        kernels=kernels,
     )
     return res.preset.build(res.model_config, factory)
 
@@ -524,11 +535,13 @@ def train_trial(
     threads: int = 1,
     device: str | torch.device = "cpu",
     allow_paths: bool = False,
+    kernels: KernelOptions | None = None,
 ) -> TrialResult:
     """Train ``config.proxy`` with ``config.norm`` in every slot; see the module docstring.
 
-    ``threads`` and ``device`` are where it runs, not what it computes; the caller decides them
-    (a Ray task from its settings, see :func:`select_device`), so this function reads no
+    ``threads``, ``device`` and ``kernels`` (the kernel cache and CPU backend) are where and how
+    it runs, not what it computes; the caller decides them (a Ray task from its settings, see
+    :func:`select_device` and ``KernelOptions.from_settings``), so this function reads no
     settings and two calls with the same arguments do the same work. ``allow_paths`` lets the
     dataset be a file path (``normfree train``; see ``resolve``).
     """
@@ -549,7 +562,7 @@ def train_trial(
     train_time = 0.0
     with trial_context(config.seed, threads, device):
         try:
-            model = build_model(res).to(device)
+            model = build_model(res, kernels).to(device)
             task = TASKS[p.task](res)
             move_task(task, device)
             gen = torch.Generator().manual_seed(config.seed)

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from normfree.api import create_app
 from normfree.settings import Settings
-from tests.api.seeding import Seeded, seed_property_study
+from normfree.testing.seeding import Seeded, seed_property_study
 
 
 @dataclass

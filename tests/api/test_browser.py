@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from normfree.settings import Settings, get_settings
-from tests.api.live import live_server, run_cli
-from tests.api.seeding import seed_property_study
+from normfree.testing.live import live_server, run_cli
+from normfree.testing.seeding import seed_property_study
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -194,7 +194,7 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
 def _finish_all(database_url: str, study_id: int) -> None:
     """Act as a worker: lease and finish every trial of the study with a synthetic result."""
     from normfree.storage import Database, Repository
-    from tests.api.seeding import synthetic_result
+    from normfree.testing.seeding import synthetic_result
 
     db = Database(database_url)
     repo = Repository(db, max_attempts=3)

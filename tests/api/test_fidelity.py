@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from normfree.testing.seeding import Seeded, seed_property_study
 from tests.api.conftest import Api
-from tests.api.seeding import Seeded, seed_property_study
 
 CSV = (
     "setting,family,metric,direction,resolution,function,shift,alpha,value,failed,note\n"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+from normfree.testing.seeding import Seeded
 from tests.api.conftest import Api
-from tests.api.seeding import Seeded
 
 HTML = {"Accept": "text/html"}
 

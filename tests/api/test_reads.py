@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from normfree.specs import NormSpec, StudySpec, TrialConfig, TrialResult
+from normfree.testing.seeding import Seeded
 from tests.api.conftest import Api, wait_for_analyses
-from tests.api.seeding import Seeded
 
 HTML = {"Accept": "text/html"}
 

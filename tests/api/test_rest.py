@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from normfree.testing.seeding import Seeded, seed_property_study
 from tests.api.conftest import Api
-from tests.api.seeding import Seeded, seed_property_study
 
 STUDY = {
     "kind": "property",

@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from normfree.api import create_app
 from normfree.settings import Settings
-from tests.api.seeding import seed_property_study
+from normfree.testing.seeding import seed_property_study
 
 # The schema is built at import: schemathesis' lazy ``from_fixture`` loader relies on a private
 # pytest attribute that pytest 9 removed. The app's database lives in a temporary directory that

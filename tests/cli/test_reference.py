@@ -52,7 +52,7 @@ def test_bad_files_are_refused_with_reasons(tmp_path: Path) -> None:
 
 def test_fidelity_of_a_study(tmp_path: Path) -> None:
     from normfree.settings import Settings
-    from tests.api.seeding import seed_property_study
+    from normfree.testing.seeding import seed_property_study
 
     db = f"sqlite:///{tmp_path / 'f.db'}"
     seeded = seed_property_study(Settings(database_url=db))

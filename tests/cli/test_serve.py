@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.api.live import live_server, run_cli
+from normfree.testing.live import live_server, run_cli
 
 
 def test_token_lifecycle_and_serve(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from normfree.search_space import catalog
 from tests.cli import run as _run
 from tests.cli import run_json as _json
 from tests.workers.engine_support import ray_cluster
@@ -115,7 +116,7 @@ def test_demo_study_runs_end_to_end_and_prints_where_results_are(
 def test_demo_command_evaluates_the_catalog_then_runs_a_study(tmp_path: Path, _ray: None) -> None:
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     data = _json("demo", "--quick", "--db", db)
-    assert len(data["candidates"]) == 24 and data["baselines"][0] == "layernorm"
+    assert len(data["candidates"]) == len(catalog.names()) and data["baselines"][0] == "layernorm"
     study = data["study"]
     assert study["run"]["status"] == "complete" and study["proxy"] == "vit-tiny"
     assert study["run"]["counts"]["COMPLETE"] == 21  # 2 functions x 3 values x 3 seeds + LN x 3

@@ -27,21 +27,23 @@ import json, os, sys, time
 from pathlib import Path
 go = Path(sys.argv[1])
 import torch
-from normfree.kernels import cache_dir, compile_candidate, create_norm
+from normfree.kernels import KernelOptions, compile_candidate, create_norm
 from normfree.search_space import catalog
+from normfree.settings import get_settings
+options = KernelOptions.from_settings(get_settings())  # as a worker's entry hands them down
 candidate = catalog.resolve("shift_h(erf, 0.3)")
 while not go.exists():          # everyone imported: start together
     time.sleep(0.005)
-norm = create_norm(candidate, 8)
+norm = create_norm(candidate, 8, kernels=options)
 x = torch.randn(4, 8, requires_grad=True)
 norm(x).sum().backward()
 assert torch.isfinite(x.grad).all()
-op = compile_candidate(candidate)
+op = compile_candidate(candidate, options)
 files = {}
 for kind in ("torch", "triton"):
     module = getattr(op, f"{kind}_module")
     files[kind] = [module.__file__, os.stat(module.__file__).st_ino]
-print(json.dumps({"files": files, "cache": str(cache_dir())}))
+print(json.dumps({"files": files, "cache": str(op.options.cache)}))
 """
 
 

@@ -17,20 +17,18 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # `import reference` (shared with bench/)
-
 _TRITON_TOO_EARLY = "triton" in sys.modules and not __import__("triton").knobs.runtime.interpret
 
 
 @pytest.fixture(scope="session", autouse=True)
 def kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh cache per session, so generation itself is exercised."""
-    from normfree.kernels import set_cache_dir
+    """A fresh cache per session (the process default), so generation itself is exercised."""
+    from normfree.kernels import KernelOptions, set_default_options
 
     path = tmp_path_factory.mktemp("kernel_cache")
-    set_cache_dir(path)
+    set_default_options(KernelOptions(cache=path))
     yield path
-    set_cache_dir(None)
+    set_default_options(None)
 
 
 @pytest.fixture(autouse=True)

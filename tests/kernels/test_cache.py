@@ -9,13 +9,16 @@ import sys
 from pathlib import Path
 
 from normfree.kernels import _cache, compile_candidate
+from normfree.kernels._codegen import generator_sources
 from normfree.search_space import catalog
+from tests.extend.scratch import edit, run, scratch_copy
 
 CHILD = """
 import json, sys
-from normfree.kernels import compile_candidate
+from normfree.kernels import KernelOptions, compile_candidate
 from normfree.search_space import catalog
-op = compile_candidate(catalog.get(sys.argv[1]))
+from normfree.settings import get_settings
+op = compile_candidate(catalog.get(sys.argv[1]), KernelOptions.from_settings(get_settings()))
 print(json.dumps([op.torch_module.__file__, op.triton_module.__file__]))
 """
 
@@ -41,8 +44,8 @@ def test_second_compile_in_process_is_free(kernel_cache: Path) -> None:
         calls.append(1)
         return "VALUE = 42\n"
 
-    first = _cache.load_generated("torch", "probe", "k" * 20, source)
-    second = _cache.load_generated("torch", "probe", "k" * 20, source)
+    first = _cache.load_generated(kernel_cache, "torch", "probe", "k" * 20, source)
+    second = _cache.load_generated(kernel_cache, "torch", "probe", "k" * 20, source)
     assert first is second and first.VALUE == 42 and len(calls) == 1
     assert Path(first.__file__).parent == kernel_cache
     op = compile_candidate(catalog.get("tanh"))
@@ -55,6 +58,16 @@ def test_key_follows_the_exact_expressions() -> None:
     assert a == _cache.cache_key("triton", "erf(u)", "2*exp(-u**2)/sqrt(pi)")
     assert a != _cache.cache_key("triton", "erf(u)", "0")  # a changed derivative is a new kernel
     assert a != _cache.cache_key("torch", "erf(u)", "2*exp(-u**2)/sqrt(pi)")
+
+
+def test_the_key_covers_every_source_of_a_kernel() -> None:
+    """The printers, the templates, the primitives table with its helpers and fits, and what
+    the table imports: every normfree module the generator's code reaches."""
+    package = Path(_cache.__file__).parents[1]
+    names = {p.relative_to(package).as_posix() for p in generator_sources()}
+    assert {"kernels/_codegen.py", "kernels/_printers.py", "search_space/primitives.py",
+            "search_space/_fits.py"} <= names  # fmt: skip
+    assert "kernels/_cache.py" not in names and "kernels/_ops.py" not in names  # not generators
 
 
 def test_concurrent_processes_write_once_and_others_reuse(
@@ -73,9 +86,37 @@ def test_concurrent_processes_write_once_and_others_reuse(
         raise AssertionError("the file written by another process was not reused")
 
     op = compile_candidate(catalog.get("saturlog"))
-    _cache.set_cache_dir(cache)
-    try:
-        module = _cache.load_generated("torch", op.name, op._key("torch"), regenerate)
-    finally:
-        _cache.set_cache_dir(kernel_cache)
+    module = _cache.load_generated(cache, "torch", op.name, op._key("torch"), regenerate)
     assert module.__file__ == paths[0][0] and Path(paths[0][0]).stat().st_mtime_ns == stamp
+
+
+STALE_CHILD = """
+import json, pathlib, sys
+from normfree.kernels import KernelOptions, compile_candidate
+from normfree.search_space import parse
+options = KernelOptions(cache=pathlib.Path(sys.argv[1]))
+op = compile_candidate(parse("erfc(-u) - 1"), options)
+print(json.dumps([op.torch_module.__file__, str(op.native_kernels.path)]))
+"""
+
+
+def test_a_changed_primitive_row_is_a_cache_miss(tmp_path: Path) -> None:
+    """Edit one row of the primitives table (erfc's torch column becomes a helper) in a scratch
+    copy: with the same warm cache, the next process generates new files instead of loading
+    the old ones, and the new code is the edited row's."""
+    cache = tmp_path / "cache"
+    root = scratch_copy(tmp_path / "checkout")
+
+    def files() -> list[str]:
+        proc = run(root, ["-c", STALE_CHILD, str(cache)], timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    before = files()
+    helper = 'Code("_erfc", "def _erfc(x):\\n    return 1.0 - torch.erf(x)\\n")'
+    edit(root, "normfree/search_space/primitives.py",
+         lambda text: text.replace('torch="torch.erfc"', f"torch={helper}"))  # fmt: skip
+    after = files()
+    assert all(a != b for a, b in zip(after, before, strict=True))  # new keys: torch and C
+    assert "def _erfc(x):" in Path(after[0]).read_text()
+    assert "torch.erfc" in Path(before[0]).read_text()  # the old file is left to old code

@@ -10,16 +10,17 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from normfree.kernels import _native, _ops, compile_candidate, pointwise_norm
-from normfree.kernels._printers import ERF_CLAMP, ERF_P, ERF_Q, erf_rational_fit
+from normfree.kernels import KernelOptions, _native, _ops, compile_candidate, pointwise_norm
 from normfree.search_space import catalog, parse
-from normfree.settings import get_settings
+from normfree.search_space._fits import ERF_CLAMP, ERF_P, ERF_Q, erf_rational_fit
+from normfree.settings import Settings
 
 ONE = torch.tensor(1.0)
 
@@ -105,7 +106,7 @@ def test_library_is_built_once_and_reloaded_from_the_cache(kernel_cache: Path) -
     assert lib.path.with_suffix(".c").read_text().count("nf_tanh") > 1  # inspectable source
     mtime = lib.path.stat().st_mtime_ns
     _native._libraries.clear()  # as a new process would: nothing loaded, the file exists
-    again = _native.build(op.name, lib.path.with_suffix(".c").read_text())
+    again = _native.build(op.name, lib.path.with_suffix(".c").read_text(), op.options)
     assert again.path == lib.path and again is not lib
     assert lib.path.stat().st_mtime_ns == mtime  # loaded, not recompiled
 
@@ -115,13 +116,14 @@ def test_a_new_process_loads_without_compiling(kernel_cache: Path) -> None:
     compile_candidate(parse(formula)).native_kernels  # noqa: B018 - build it here
     code = (
         "import torch, normfree.kernels._native as n\n"
-        "from normfree.kernels import set_cache_dir, compile_candidate, pointwise_norm\n"
+        "from pathlib import Path\n"
+        "from normfree.kernels import KernelOptions, pointwise_norm\n"
         "from normfree.search_space import parse\n"
-        f"set_cache_dir({str(kernel_cache)!r})\n"
+        f"options = KernelOptions(cache=Path({str(kernel_cache)!r}))\n"
         "def boom(*a): raise SystemExit('compiled again')\n"
         "n._compile = boom\n"
         f"y = pointwise_norm(torch.ones(3, 4), parse({formula!r}), torch.tensor(1.0),"
-        " backend='native')\n"
+        " backend='native', kernels=options)\n"
         "print(round(float(y[0, 0]), 6))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -129,20 +131,20 @@ def test_a_new_process_loads_without_compiling(kernel_cache: Path) -> None:
     assert out.stdout.strip() == str(round(1 / math.sqrt(4), 6))
 
 
-def test_missing_compiler_falls_back_to_eager_with_one_warning(monkeypatch) -> None:
-    monkeypatch.setenv("NORMFREE_KERNEL_CC", "no-such-cc-normfree")
-    get_settings.cache_clear()
-    monkeypatch.setattr(_ops, "_native_error", None)
-    try:
-        candidate = parse("u / (1 + u**2)")  # a candidate no other test built
-        x = torch.randn(8, 16)
-        with pytest.warns(RuntimeWarning, match="no C compiler"):
-            y = pointwise_norm(x, candidate, ONE, backend="native")
-        torch.testing.assert_close(y, x / (1 + x**2))
-        assert _ops._native_error is not None  # the whole process now runs eager, silently
-        torch.testing.assert_close(pointwise_norm(x, candidate, ONE, backend="native"), y)
-    finally:
-        get_settings.cache_clear()
+def test_missing_compiler_falls_back_to_eager_with_one_warning(kernel_cache) -> None:
+    options = KernelOptions(cache=kernel_cache, cc="no-such-cc-normfree")
+    candidate = parse("u / (1 + u**2)")
+    x = torch.randn(8, 16)
+    with pytest.warns(RuntimeWarning, match="no C compiler"):
+        y = pointwise_norm(x, candidate, ONE, backend="native", kernels=options)
+    torch.testing.assert_close(y, x / (1 + x**2))
+    assert "no-such-cc-normfree" in _ops._missing_compilers  # every user of it runs eager
+    other = parse("u / (3 + u**2)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # silently, without trying to build again
+        z = pointwise_norm(x, other, ONE, backend="native", kernels=options)
+    torch.testing.assert_close(z, x / (3 + x**2))
+    del _ops._missing_compilers["no-such-cc-normfree"]
 
 
 def test_compiler_error_falls_back_for_that_candidate_only(monkeypatch, kernel_cache) -> None:
@@ -151,14 +153,13 @@ def test_compiler_error_falls_back_for_that_candidate_only(monkeypatch, kernel_c
         raise _native.NativeBuildError("cc: error: simulated")
 
     monkeypatch.setattr(_native, "_compile", broken)
-    monkeypatch.setattr(_ops, "_native_error", None)
     candidate = parse("u / (2 + abs(u))")
     x = torch.randn(5, 7)
     libraries = set(kernel_cache.glob("*.so"))
     with pytest.warns(RuntimeWarning, match="simulated"):
         y = pointwise_norm(x, candidate, ONE, backend="native")
     torch.testing.assert_close(y, x / (2 + x.abs()))
-    assert _ops._native_error is None  # other candidates keep the native path
+    assert not _ops._missing_compilers  # other candidates keep the native path
     assert not list(kernel_cache.glob("*.tmp"))  # the failed build's output was removed
     assert set(kernel_cache.glob("*.so")) == libraries  # and no library appeared
 
@@ -177,9 +178,11 @@ def test_fp64_takes_the_eager_path_and_passes_gradcheck() -> None:
     )
 
 
-def test_auto_runs_native_on_cpu_by_default() -> None:
-    assert _ops.resolve_backend("auto", torch.ones(1)) == get_settings().kernel_cpu_backend
-    assert get_settings().kernel_cpu_backend == "native"
+def test_auto_runs_the_options_cpu_backend_native_by_default() -> None:
+    assert KernelOptions().cpu_backend == "native" == Settings().kernel_cpu_backend
+    assert _ops.resolve_backend("auto", torch.ones(1), KernelOptions()) == "native"
+    torch_only = KernelOptions(cpu_backend="torch")
+    assert _ops.resolve_backend("auto", torch.ones(1), torch_only) == "torch"
 
 
 @pytest.mark.parametrize("shape", [(0, 8), (3, 0), (2, 0, 5)])

@@ -1,7 +1,8 @@
-"""The printers: node-set rules, cse, and the accuracy of the core-op Triton helpers.
+"""The printers: node-set rules, cse, and every primitive's accuracy in every kernel backend.
 
-Helpers are checked through the real generated kernel (Triton interpreter, fp32), y = f(x) with
-alpha = 1 and no shift/affine, against float64 math on the same fp32 inputs.
+Primitives are checked through the real generated kernels (Triton interpreter, native C, torch;
+fp32), y = f(x) with alpha = 1 and no shift/affine, against float64 math on the same fp32
+inputs, to the accuracy each row of the primitives table states.
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ import sympy
 import torch
 
 from normfree.kernels import compile_candidate, pointwise_norm
-from normfree.kernels._printers import (
-    PrinterError,
-    TorchPrinter,
-    TritonPrinter,
-    atan_coefficients,
-    cse_lines,
-)
+from normfree.kernels._printers import PrinterError, TorchPrinter, TritonPrinter, cse_lines
 from normfree.search_space import U
+from normfree.search_space._derivative import kernel_safe_derivative
+from normfree.search_space._fits import atan_coefficients
+from normfree.search_space.primitives import PRIMITIVES, python_function
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -34,17 +32,19 @@ class Expr:
     derivative: sympy.Expr
 
 
-def _triton_f(expr: sympy.Expr, x: np.ndarray) -> np.ndarray:
-    cand = Expr("helper", expr, sympy.diff(expr, U))
+def _kernel_f(expr: sympy.Expr, x: np.ndarray, backend: str = "triton") -> np.ndarray:
+    cand = Expr("helper", expr, kernel_safe_derivative(expr))
     xt = torch.from_numpy(x.astype(np.float32)).reshape(1, -1)
-    y = pointwise_norm(xt, cand, torch.tensor(1.0), backend="triton")
+    y = pointwise_norm(xt, cand, torch.tensor(1.0), backend=backend)
     return y.reshape(-1).double().numpy()
 
 
 def _grid(lo: float, hi: float, n: int = 4001) -> np.ndarray:
+    """A dense grid of [lo, hi] and log-spaced magnitudes from 1e-30, rounded to fp32."""
     dense = np.linspace(lo, hi, n)
     logs = np.logspace(-30, np.log10(max(abs(lo), abs(hi))), 400)
-    return np.concatenate([dense, logs, -logs, [0.0]]).astype(np.float32).astype(np.float64)
+    pts = np.concatenate([dense, logs, -logs, [0.0]])
+    return pts[(pts >= lo) & (pts <= hi)].astype(np.float32).astype(np.float64)
 
 
 def test_atan_polynomial_fit() -> None:
@@ -55,44 +55,36 @@ def test_atan_polynomial_fit() -> None:
     assert np.abs(approx - np.arctan(t)).max() < 1e-9  # the fit in float64
 
 
-@pytest.mark.parametrize(
-    ("name", "expr", "ref", "lo", "hi", "abs_tol", "rel_tol"),
-    [
-        ("atan", sympy.atan(U), np.arctan, -1e6, 1e6, 2e-7, None),
-        ("tanh", sympy.tanh(U), np.tanh, -30, 30, 2e-7, 1e-6),
-        ("asinh", sympy.asinh(U), np.arcsinh, -1e30, 1e30, None, 1e-6),
-        ("sinh", sympy.sinh(U), np.sinh, -80, 80, None, 1e-6),
-        ("cosh", sympy.cosh(U), np.cosh, -80, 80, None, 1e-6),
-        ("erfc", sympy.erfc(U), np.vectorize(math.erfc), -8, 8, 2e-7, None),
-        ("erf", sympy.erf(U), np.vectorize(math.erf), -8, 8, 2e-7, None),
-        # exp(p*log x): relative error grows like |p log x| * eps, 3e-6 at x = 1e-30
-        (
-            "pow07",
-            sympy.Abs(U) ** sympy.Rational(7, 10),
-            lambda v: np.abs(v) ** 0.7,
-            -1e4,
-            1e4,
-            None,
-            5e-6,
-        ),
-    ],
-)
-def test_triton_helpers_accuracy(name, expr, ref, lo, hi, abs_tol, rel_tol, interpreter) -> None:
-    x = _grid(lo, hi)
-    got = _triton_f(expr, x)
-    want = ref(x)
+@pytest.mark.parametrize("backend", ["triton", "native", "torch"])
+@pytest.mark.parametrize("prim", PRIMITIVES, ids=lambda p: p.name)
+def test_every_primitive_meets_its_rows_accuracy(prim, backend, interpreter) -> None:
+    """f(x) = prim(x) through each fp32 kernel against the row's float64 numpy column, on the
+    row's range (``Primitive.accuracy``): the helpers' approximations and the libraries'."""
+    acc = prim.accuracy
+    x = _grid(acc.lo, acc.hi)
+    if prim.domain == "positive":
+        x = x[x > 0]
+    got = _kernel_f(prim.sympy(U), x, backend)
+    want = python_function(prim.numpy, "numpy")(x)
     err = np.abs(got - want)
-    if abs_tol is not None:
-        assert err.max() < abs_tol, (name, x[err.argmax()], err.max())
-    if rel_tol is not None:
-        rel = err / np.maximum(np.abs(want), 1e-300)
-        assert rel.max() < rel_tol, (name, x[rel.argmax()], rel.max())
+    bound = acc.atol + acc.rtol * np.abs(want)
+    worst = int(np.argmax(err - bound))
+    assert np.all(err <= bound), (prim.name, backend, x[worst], got[worst], want[worst])
+
+
+def test_general_power_keeps_its_accuracy(interpreter) -> None:
+    """exp(p*log x): relative error grows like |p log x| * eps, 3e-6 at x = 1e-30."""
+    x = _grid(-1e4, 1e4)
+    for backend in ("triton", "native"):
+        got = _kernel_f(sympy.Abs(U) ** sympy.Rational(7, 10), x, backend)
+        want = np.abs(x) ** 0.7
+        assert np.all(np.abs(got - want) <= 5e-6 * want), backend
 
 
 def test_general_power_at_zero(interpreter) -> None:
     x = np.array([0.0, 1.0])
-    assert _triton_f(sympy.Abs(U) ** sympy.Rational(7, 10), x)[0] == 0.0
-    assert _triton_f(sympy.Abs(U) ** sympy.Rational(-3, 10), x)[0] == math.inf
+    assert _kernel_f(sympy.Abs(U) ** sympy.Rational(7, 10), x)[0] == 0.0
+    assert _kernel_f(sympy.Abs(U) ** sympy.Rational(-3, 10), x)[0] == math.inf
 
 
 def test_integer_and_half_powers_need_no_pow_call() -> None:

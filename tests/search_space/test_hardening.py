@@ -8,7 +8,7 @@ import math
 import pytest
 
 from normfree.search_space import ExpressionError, catalog, parse, transforms
-from normfree.search_space.cost import MAX_EXPANDED_NODES, MAX_SWITCHES, expanded_size
+from normfree.search_space.printed_size import MAX_EXPANDED_NODES, MAX_SWITCHES, expanded_size
 
 
 def test_power_tower_is_refused_before_the_derivative() -> None:

@@ -247,6 +247,26 @@ def test_train_trial_reads_no_settings_and_leaves_the_rng(monkeypatch: pytest.Mo
         get_settings.cache_clear()
 
 
+def test_train_trial_puts_kernels_where_it_is_told(monkeypatch, tmp_path) -> None:
+    """The kernel cache and CPU backend arrive as KernelOptions: a cache set in the environment
+    does not reach the trial, the one handed to it does."""
+    from normfree.kernels import KernelOptions
+    from normfree.settings import get_settings
+
+    monkeypatch.setenv("NORMFREE_KERNEL_CACHE", str(tmp_path / "from-env"))
+    monkeypatch.setenv("NORMFREE_KERNEL_CPU_BACKEND", "compile")
+    get_settings.cache_clear()
+    try:
+        given = KernelOptions(cache=tmp_path / "given")
+        norm = NormSpec(name="u/(2 + abs(u)) + 0.01*u")  # a formula no other test compiles
+        res = train_trial(_cfg("vit-tiny", norm, epochs=1, overrides={"max_train": 128}),
+                          kernels=given)  # fmt: skip
+        assert res.status == "complete", res.error
+    finally:
+        get_settings.cache_clear()
+    assert list(given.cache.glob("native_*.so")) and not (tmp_path / "from-env").exists()
+
+
 def test_heldout_objective_ranks_the_same_run_on_both_held_out_splits(monkeypatch):
     """A ``heldout_*`` preset trains exactly as its source (same metrics, seed for seed) and is
     ranked by the count-weighted pool of the validation and test splits, at every epoch; this

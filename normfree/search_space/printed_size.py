@@ -1,4 +1,4 @@
-"""What a formula costs downstream, bounded before anything expensive runs.
+"""A formula's printed size and branch points, bounded before anything expensive runs.
 
 The parser's limits (characters, nodes, depth, |exponent| <= 32) bound the *text*. Two things
 grow much faster than the text and need their own bound:

@@ -320,7 +320,8 @@ VIT_SCREEN_HELDOUT = register(
 # recorded runs of the 16 (without s) the split-seed rank reliability at 3 seeds is 0.71 for
 # the held-out loss against 0.67 for the held-out accuracy (0.62 vs 0.56 without exproot), and
 # the five calibration facts hold on it at 5 and at 10 seeds (rescored, nothing retrained).
-# Results of the 16 with s: bench/results/discriminative-vit-screen-heldout-s.md.
+# With s the advantage is not confirmed (bench/results/discriminative-vit-screen-heldout-s.md,
+# partial: 0.68 vs 0.78 at 2 seeds over 14 candidates), so this is not the default screen.
 VIT_SCREEN_LOSS = register(
     replace(
         VIT_SCREEN,

@@ -69,14 +69,20 @@ def run_one(job: tuple[str, dict[str, Any], int, int | None]) -> dict[str, Any]:
 def _cells(family: str, published: bool) -> tuple[list[Any], list[Any]]:
     """(fact cells, other published cells of the family), each cell once."""
     from normfree.fidelity.facts import cells_for
+    from normfree.fidelity.published import PROPERTY_TABLES
     from normfree.fidelity.published import published as builtin
     from normfree.fidelity.reference import cell_key
 
     facts = cells_for(family)
     seen = {cell_key(c) for c in facts}
+    # the property tables (Derf Tables 2-5) belong to the screens the README names for each
+    # property and are trained by bench/property_tables.py, not with every calibration
+    tables = {setting for setting, _ in PROPERTY_TABLES.values()}
     others = []
     if published:
         for row in builtin().rows:
+            if row.setting in tables:
+                continue
             if row.family == family and cell_key(row.cell) not in seen:
                 seen.add(cell_key(row.cell))
                 others.append(row.cell)
@@ -87,6 +93,8 @@ def rescore(rows: list[dict[str, Any]], source: str, proxy: str) -> list[dict[st
     """``source``'s results as ``proxy``'s (normfree.workers.rescore: the same runs ranked by
     a heldout objective). Rescored results carry ``worker="rescored:<source>"``; their curves
     keep the source's per-epoch metrics."""
+    from normfree.workers.proxies import PROXIES
+
     objective, rescored = rescoring(source, proxy)
     out = []
     for r in rows:
@@ -94,6 +102,7 @@ def rescore(rows: list[dict[str, Any]], source: str, proxy: str) -> list[dict[st
         res.update(
             metrics=rescored(res.get("metrics") or {}),
             objective=objective,
+            direction=PROXIES[proxy].direction,  # a loss objective is minimised
             worker=f"rescored:{source}",
         )
         out.append({**r, "proxy": proxy, "config": {**r["config"], "proxy": proxy}, "result": res})

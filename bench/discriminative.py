@@ -45,20 +45,29 @@ def search_16() -> list[str]:
     return names
 
 
-def trial_row(proxy: str, name: str, seed: int, epochs: int | None) -> tuple[Any, dict]:
+def operator_shift(name: str, operator: str) -> str:
+    """The s a function trains with: the paper's search ran every candidate as
+    gamma * f(alpha x + s) + beta (``published``: a scalar s); baselines take none."""
+    return "scalar" if operator == "published" and name not in BASELINE_NAMES else "none"
+
+
+def trial_row(
+    proxy: str, name: str, seed: int, epochs: int | None, shift: str = "none"
+) -> tuple[Any, dict]:
     """Train one (function, seed): its ``TrialResult``, and the row kept of it (``stability.py``
-    adds its own columns to the same row)."""
+    adds its own columns to the same row). ``shift``: the operator's s (NormSpec.shift)."""
     from normfree.kernels import KernelOptions
     from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
     from normfree.workers.trainer import train_trial
 
     t0 = time.perf_counter()
-    cfg = TrialConfig(proxy=proxy, norm=NormSpec(name=name), seed=seed, epochs=epochs)
+    cfg = TrialConfig(proxy=proxy, norm=NormSpec(name=name, shift=shift), seed=seed, epochs=epochs)
     r = train_trial(cfg, kernels=KernelOptions.from_settings(get_settings()))
     return r, {
         "proxy": proxy,
         "function": name,
+        "shift": shift,
         "seed": seed,
         "status": r.status,
         "objective": r.objective,
@@ -71,8 +80,23 @@ def trial_row(proxy: str, name: str, seed: int, epochs: int | None) -> tuple[Any
     }
 
 
-def run_one(job: tuple[str, str, int, int | None]) -> dict:
+def run_one(job: tuple[str, str, int, int | None, str]) -> dict:
     return trial_row(*job)[1]
+
+
+def reliability(rows: list[dict], functions: list[str], direction: str, metric: str | None):
+    """Split-seed rank reliability (normfree.fidelity.reliability) of ``functions``' rows."""
+    from normfree.fidelity.reliability import rank_reliability
+
+    values: dict[str, dict[int, float | None]] = {}
+    for r in rows:
+        if r["function"] not in functions or r["status"] not in ("complete", "diverged"):
+            continue
+        v = _metric(r, metric) if r["status"] == "complete" else None
+        if r["status"] == "complete" and v is None:
+            continue
+        values.setdefault(r["function"], {})[r["seed"]] = v
+    return rank_reliability(values, direction=direction)  # type: ignore[arg-type]
 
 
 def _metric(r: dict, metric: str | None) -> float | None:
@@ -177,10 +201,16 @@ def markdown(summary: dict, proxy: str, objective: str, direction: str, cmd: str
 
 
 def reused_rows(
-    path: Path, proxy: str, functions: list[str], seeds: int, have: list[dict]
+    path: Path,
+    proxy: str,
+    functions: list[str],
+    seeds: int,
+    have: list[dict],
+    operator: str = "plain",
 ) -> list[dict]:
-    """Rows of a ``bench/calibration.py`` .jsonl for the same (proxy, plain function, seed):
-    the same TrialConfig, so the same deterministic result; trained once, counted in both."""
+    """Rows of a ``bench/calibration.py`` .jsonl for the same (proxy, function with this
+    operator's s, seed): the same TrialConfig, so the same deterministic result; trained once,
+    counted in both."""
     if not path.exists():
         return []
     done = {(r["function"], r["seed"]) for r in have}
@@ -190,9 +220,11 @@ def reused_rows(
             continue
         c = json.loads(line)
         name, seed = c["norm"].get("name"), c["seed"]
+        shift = operator_shift(str(name), operator)
+        want = {"name": name} if shift == "none" else {"name": name, "shift": shift}
         if (
             c["proxy"] != proxy
-            or set(c["norm"]) != {"name"}
+            or c["norm"] != want
             or name not in functions
             or seed >= seeds
             or (name, seed) in done
@@ -206,6 +238,7 @@ def reused_rows(
             {
                 "proxy": proxy,
                 "function": name,
+                "shift": shift,
                 "seed": seed,
                 "status": r["status"],
                 "objective": r["objective"],
@@ -255,6 +288,13 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--functions", default=None, help="comma-separated (default: 16 + baselines)")
     ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
+    ap.add_argument(
+        "--operator",
+        choices=("published", "plain"),
+        default="published",
+        help="published: the 16 with a learnable scalar s, as the paper's search trained them "
+        "(files tagged -s); plain: without s (the earlier recorded runs)",
+    )
     ap.add_argument("--quick", action="store_true", help="vit-tiny, 4 functions, 2 seeds")
     ap.add_argument(
         "--reuse", default=None, help="a calibration .jsonl whose plain-function rows to reuse"
@@ -280,7 +320,8 @@ def main() -> None:
     from normfree.workers.proxies import PROXIES
 
     preset = PROXIES[args.proxy]
-    tag = f"{args.proxy}" + ("-quick" if args.quick else "")
+    tag = f"{args.proxy}" + ("-s" if args.operator == "published" else "")
+    tag += "-quick" if args.quick else ""
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"discriminative-{tag}.jsonl"
     rows = earlier_rows(jsonl, keep=args.resume or args.summarise_only)
@@ -290,16 +331,19 @@ def main() -> None:
         )
         jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.reuse:
-        reused = reused_rows(Path(args.reuse), args.proxy, functions, args.seeds, rows)
+        reused = reused_rows(
+            Path(args.reuse), args.proxy, functions, args.seeds, rows, args.operator
+        )
         rows += reused
         with jsonl.open("a") as fh:
             for r in reused:
                 fh.write(json.dumps(r) + "\n")
     done = {(r["function"], r["seed"]) for r in rows}
+    # seed-major: a run stopped early leaves every function with the same seeds
     jobs = [
-        (args.proxy, f, s, args.epochs)
-        for f in functions
+        (args.proxy, f, s, args.epochs, operator_shift(f, args.operator))
         for s in range(args.seeds)
+        for f in functions
         if (f, s) not in done and not args.summarise_only
     ]
     t0 = time.perf_counter()
@@ -323,20 +367,28 @@ def main() -> None:
             f"- among the {len(cands)} search candidates only (no LayerNorm/identity): "
             f"spread / seed std {ratio}, pairs resolved {pairs}\n"
         )
+    # does the order reproduce itself? split-seed rank reliability among the candidates (the
+    # baselines sit far apart and would carry it on their own), per metric
+    rel = {"objective": reliability(rows, cands, preset.direction, None)}
+    md += f"- among the search candidates: {rel['objective'].text()}\n"
     # the same figures for the other metrics every trial records (which one separates best?)
     others = {}
     recorded = {k for r in rows for k in r["metrics"]}
     fd_metrics = sorted(k for k in recorded if k.startswith("fd_"))  # DiT sample quality
-    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc", *fd_metrics):
+    held = ("heldout_acc", "heldout_loss")
+    for metric in ("val_loss", "test_acc", "test_loss", "eval_train_acc", *held, *fd_metrics):
         if metric != preset.objective and metric in recorded:
             o = summarise(rows, functions, metric)
             others[metric] = {k: o[k] for k in ("spread", "seed_std", "ratio", "resolvable_pairs")}
+            direction = "maximize" if metric.endswith("_acc") else "minimize"
+            rel[metric] = reliability(rows, cands, direction, metric)
+            others[metric]["reliability"] = rel[metric].reliability
     if others:
         md += "\nOther metrics (spread / seed std, resolved pairs):\n\n"
         for metric, o in others.items():
             ratio = "-" if o["ratio"] is None else f"{o['ratio']:.2f}"
             pairs = "-" if o["resolvable_pairs"] is None else f"{o['resolvable_pairs']:.2f}"
-            md += f"- {metric}: {ratio}, {pairs}\n"
+            md += f"- {metric}: {ratio}, {pairs}; {rel[metric].text()}\n"
     if len(rows) < len(functions) * args.seeds:
         md += (
             f"\nPARTIAL: {len(rows)} of {len(functions) * args.seeds} trials finished; "
@@ -355,6 +407,8 @@ def main() -> None:
         "planned_trials": len(functions) * args.seeds,
         **summary,
         "candidates_only": candidates_only,
+        "operator": args.operator,
+        "reliability": {k: v.as_dict() for k, v in rel.items()},
         "other_metrics": others,
     }
     previous = RESULTS / f"discriminative-{tag}.json"

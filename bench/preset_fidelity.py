@@ -49,7 +49,8 @@ def _trial(row: dict[str, Any]) -> tuple[str, Any] | None:
         value = (res.get("metrics") or {}).get(res.get("objective") or "")
         etl, metrics = res.get("eval_train_loss"), res.get("metrics") or {}
     else:  # discriminative / stability rows: a plain function name
-        norm = NormSpec(name=row["function"]).model_dump(mode="json")
+        shift = row.get("shift", "none")  # rows of the published operator carry s
+        norm = NormSpec(name=row["function"], shift=shift).model_dump(mode="json")
         status, value = row["status"], row.get("value")
         etl, metrics = None, row.get("metrics") or {}
     if status not in ("complete", "diverged"):

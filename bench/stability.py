@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from discriminative import search_16, summarise, trial_row
+from discriminative import operator_shift, search_16, summarise, trial_row
 from resumable import earlier_rows, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -39,9 +39,9 @@ BAR_SIGMAS = 5.0  # issue 9: identity must end >= 5 seed stds below LayerNorm (o
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
-def run_one(job: tuple[str, str, int, int | None]) -> dict:
+def run_one(job: tuple[str, str, int, int | None, str]) -> dict:
     """Prescreen then train one (function, seed); a JSON-friendly row."""
-    proxy, name, seed, epochs = job
+    proxy, name, seed, epochs, shift = job
     import torch
 
     torch.set_num_threads(1)
@@ -50,9 +50,9 @@ def run_one(job: tuple[str, str, int, int | None]) -> dict:
     from normfree.workers.prescreen import prescreen
 
     t0 = time.perf_counter()
-    ps = prescreen(NormSpec(name=name), proxy=proxy, seed=seed)
+    ps = prescreen(NormSpec(name=name, shift=shift), proxy=proxy, seed=seed)
     t1 = time.perf_counter()
-    r, row = trial_row(proxy, name, seed, epochs)
+    r, row = trial_row(proxy, name, seed, epochs, shift)
     stab = diagnostics.stability(r.diagnostics)
     return {
         **row,
@@ -220,6 +220,13 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
     ap.add_argument("--quick", action="store_true", help="3 functions, 1 seed, 3 epochs")
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument(
+        "--operator",
+        choices=("published", "plain"),
+        default="published",
+        help="published: the 16 with a learnable scalar s, as the paper's search trained them "
+        "(files tagged -s); plain: without s (the earlier recorded runs)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.epochs = 1, args.epochs or 3
@@ -228,7 +235,8 @@ def main() -> None:
     from normfree.workers.proxies import PROXIES
 
     preset = PROXIES[args.proxy]
-    tag = args.proxy + ("-quick" if args.quick else "")
+    tag = args.proxy + ("-s" if args.operator == "published" else "")
+    tag += "-quick" if args.quick else ""
     RESULTS.mkdir(parents=True, exist_ok=True)
     jsonl = RESULTS / f"stability-{tag}.jsonl"
     rows = earlier_rows(jsonl, keep=args.resume or args.summarise_only)
@@ -240,7 +248,7 @@ def main() -> None:
         (f, s) for s in range(args.seeds) for f in functions if f not in first
     ]
     jobs = [
-        (args.proxy, f, s, args.epochs)
+        (args.proxy, f, s, args.epochs, operator_shift(f, args.operator))
         for f, s in order
         if (f, s) not in done and not args.summarise_only
     ]

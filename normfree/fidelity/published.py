@@ -131,6 +131,91 @@ def _shift_rows() -> list[dict[str, Any]]:
     return rows
 
 
+# Derf paper, Tables 2-5: property ablations (ViT-B ImageNet top-1 %, operator without s,
+# alpha0 = 0.5; None = failed to train). One setting per table, so a table's cells are ranked
+# among themselves (``normfree.fidelity.properties`` reads each cell's drop from its base).
+# Table -> (setting, {base: [(cell text, value), ...]}); the base's own cell comes first.
+PROPERTY_TABLES: dict[str, tuple[str, dict[str, list[tuple[str, float | None]]]]] = {
+    "clip": (
+        "ViT-B top-1, clipping an unbounded f at +-lam (Derf Table 2)",
+        {
+            base: [(base, v[0])]
+            + [(f"clip({base}, {lam})", x) for lam, x in zip(("0.5", "0.8", "1", "2", "3", "5"),
+                                                            v[1:], strict=True)]
+            for base, v in (
+                ("asinh", (82.2, 82.3, 82.3, 82.4, 82.4, 82.4, 82.3)),
+                ("logsign", (82.2, 82.4, 82.4, 82.4, 82.4, 82.3, 82.3)),
+                ("linear", (None, 82.1, 82.2, 82.2, 82.1, 82.1, 82.0)),
+            )
+        },
+    ),
+    "linear_part": (
+        "ViT-B top-1, adding a linear part lam*u (Derf Table 3)",
+        {
+            base: [(base, v[0])]
+            + [(f"linear_part({base}, {lam})", x) for lam, x in zip(("0.01", "0.1", "0.5"), v[1:],
+                                                                   strict=True)]
+            for base, v in (
+                ("erf", (82.6, 82.4, 82.3, None)),
+                ("tanh", (82.5, 82.4, 82.3, None)),
+                ("arctan", (82.3, 82.1, 82.1, None)),
+                ("isru", (82.2, 82.2, 82.1, None)),
+            )
+        },
+    ),
+    "growth": (
+        "ViT-B top-1, unbounded growth rates (Derf Table 4)",
+        {"": [("logsign", 82.2), ("asinh", 82.2), ("logquad", 82.1), ("power23", None),
+              ("linear", None)]},
+    ),
+    "flat_centre": (
+        "ViT-B top-1, a flat centre of half-width lam (Derf Table 5)",
+        {
+            base: [(base, v[0])]
+            + [(f"flat_centre({base}, {lam})", x) for lam, x in zip(("0.1", "0.5", "1", "2", "3"),
+                                                                   v[1:], strict=True)]
+            for base, v in (
+                ("erf", (82.6, 82.5, 82.5, 82.1, 81.3, None)),
+                ("tanh", (82.5, 82.5, 82.4, 82.1, 81.1, None)),
+                ("arctan", (82.3, 82.3, 82.1, 81.8, 80.9, None)),
+            )
+        },
+    ),
+}  # fmt: skip
+_TABLE_NUMBER = {"clip": 2, "linear_part": 3, "growth": 4, "flat_centre": 5}
+
+
+# Cells the catalog cannot tell from another cell of their table: clip(logsign, 5) clips only
+# beyond |u| = e^5 - 1 (~147), so it computes what unclipped logsign does on the fingerprint's
+# grid and would be one cell with two values (82.3 and 82.2, a tie at the 0.2 resolution).
+_SAME_AS_BASE = ("clip(logsign, 5)",)
+
+
+def _property_rows() -> list[dict[str, Any]]:
+    rows = []
+    for table, (setting, bases) in PROPERTY_TABLES.items():
+        for cells in bases.values():
+            for function, value in cells:
+                if function in _SAME_AS_BASE:
+                    continue
+                rows.append(
+                    {
+                        "setting": setting,
+                        "family": "vit",
+                        "metric": "accuracy",
+                        "direction": "maximize",
+                        "resolution": 0.2,
+                        "cell": {"function": function},
+                        "value_low": value,
+                        "value_high": value,
+                        "failed": value is None,
+                        "note": f"Derf paper Table {_TABLE_NUMBER[table]} (operator without s, "
+                        "alpha0 0.5)" + ("; failed to train" if value is None else ""),
+                    }
+                )
+    return rows
+
+
 def rows() -> list[dict[str, Any]]:
     """The built-in rows as JSON-like dicts (the import format)."""
     out = []
@@ -149,7 +234,7 @@ def rows() -> list[dict[str, Any]]:
                 "note": note,
             }
         )
-    return out + _shift_rows()
+    return out + _shift_rows() + _property_rows()
 
 
 def published() -> ReferenceSet:
@@ -158,10 +243,13 @@ def published() -> ReferenceSet:
         {
             "name": NAME,
             "title": "Published at-scale results (science.md section 7)",
-            "source": f"{DYT_PAPER}, Tables 1, 8, 9; {DERF_PAPER}, main results, section 3, App. E",
+            "source": f"{DYT_PAPER}, Tables 1, 8, 9; {DERF_PAPER}, main results, section 3, "
+            "Tables 2-5, App. E",
             "description": "Headline ImageNet results of LayerNorm, RMSNorm, DyT and Derf for "
             "ViT and DiT, the identity (no norm) failing, alpha ablations, App. E training "
-            "losses, and the shift ablations. Facts to reproduce in direction, not magnitude.",
+            "losses, the shift ablations and the property ablations of Tables 2-5 (clip, linear "
+            "part, unbounded growth, flat centre). Facts to reproduce in direction, not "
+            "magnitude.",
             "rows": rows(),
         }
     )

@@ -49,6 +49,7 @@ EPOCH_SECONDS: dict[str, float] = {
     "vit-mnist": 12.0,
     "vit-screen": 6.2,
     "vit-screen-heldout": 6.3,  # vit-screen plus 750 more images scored per epoch
+    "vit-screen-loss": 6.3,  # the same runs as vit-screen-heldout
     "vit-stress": 3.0,
     "dit-digits": 2.0,
     "dit-screen": 2.0,

@@ -20,7 +20,13 @@ def check_rescorable(source: str, proxy: str) -> tuple[int, int]:
     from normfree.workers.proxies import PROXIES
 
     src, dst = PROXIES[source], PROXIES[proxy]
-    same = replace(src, name=dst.name, objective=dst.objective, description=dst.description)
+    same = replace(
+        src,
+        name=dst.name,
+        objective=dst.objective,
+        direction=dst.direction,  # how a score is read, not how the run trains
+        description=dst.description,
+    )
     if same != dst or not dst.objective.startswith("heldout_"):
         raise ValueError(f"{proxy} does not train exactly as {source}: its runs cannot be rescored")
     sizes = load_builtin(dst.dataset).sizes()

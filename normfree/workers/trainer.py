@@ -137,7 +137,8 @@ class Resolved:
 
     def describe(self) -> dict[str, Any]:
         out = {f"model.{k}": v for k, v in dataclasses.asdict(self.model_config).items()}
-        for k in ("dataset", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs"):
+        recorded = ("dataset", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs")
+        for k in (*recorded, "adam_beta2"):
             out[k] = getattr(self.preset, k)
         for k in PRESET_OVERRIDABLE:
             out[k] = getattr(self.preset, k)
@@ -566,7 +567,7 @@ def train_trial(
             move_task(task, device)
             gen = torch.Generator().manual_seed(config.seed)
             groups = param_groups(model, p.weight_decay, p.scalar_lr_mult, p.norm_lr_mult)
-            opt = torch.optim.AdamW(groups, lr=p.lr, betas=(0.9, 0.999))
+            opt = torch.optim.AdamW(groups, lr=p.lr, betas=(0.9, p.adam_beta2))
             n = len(task.y_train)
             batches = [None] * math.ceil(n / p.batch_size)
             total = p.epochs * len(batches)

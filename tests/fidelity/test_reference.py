@@ -31,6 +31,16 @@ def test_the_builtin_set_holds_science_md_section_7() -> None:
     assert {r.cell.function: r.failed for r in shifts}["shift_h(erf, 2)"] is True
     ranged = next(r for r in shifts if r.cell.function == "shift_h(erf, 1)")
     assert (ranged.value_low, ranged.value_high) == (-1.1, -0.3)
+    # the Derf paper's property ablations (Tables 2-5), operator without s, one setting each
+    t5 = {r.cell.function: r for r in ref.rows if "(Derf Table 5)" in r.setting}
+    assert t5["flat_centre(tanh, 2)"].value == 81.1 and t5["flat_centre(arctan, 3)"].failed
+    assert t5["erf"].value == 82.6 and t5["erf"].cell.shift == "none"
+    t4 = {r.cell.function: r for r in ref.rows if "(Derf Table 4)" in r.setting}
+    assert t4["power23"].failed and t4["linear"].failed and t4["logquad"].value == 82.1
+    t3 = {r.cell.function: r for r in ref.rows if "(Derf Table 3)" in r.setting}
+    assert t3["linear_part(isru, 0.5)"].failed and t3["linear_part(erf, 0.01)"].value == 82.4
+    t2 = {r.cell.function: r for r in ref.rows if "(Derf Table 2)" in r.setting}
+    assert t2["linear"].failed and t2["clip(asinh, 2)"].value == 82.4
 
 
 def test_cells_are_identified_by_what_they_compute() -> None:

@@ -297,3 +297,28 @@ def test_pooled_heldout_weights_each_split_by_its_size():
 
     out = pooled_heldout((1.0, 0.5, 100), (4.0, 1.0, 300))
     assert out == {"heldout_loss": pytest.approx(3.25), "heldout_acc": pytest.approx(0.875)}
+
+
+def test_a_loss_screen_rescores_its_source_and_others_do_not():
+    """vit-screen-loss trains exactly as vit-screen (only the objective and its direction
+    differ), so recorded runs rescore; a preset that trains differently is refused."""
+    from normfree.workers.rescore import check_rescorable, rescored_metrics
+
+    assert PROXIES["vit-screen-loss"].direction == "minimize"
+    sizes = check_rescorable("vit-screen", "vit-screen-loss")
+    assert sizes == (750, 750)
+    m = rescored_metrics(
+        {"val_loss": 0.4, "val_acc": 0.9, "test_loss": 0.6, "test_acc": 0.8}, sizes
+    )
+    assert m["heldout_loss"] == pytest.approx(0.5) and m["heldout_acc"] == pytest.approx(0.85)
+    with pytest.raises(ValueError, match="does not train exactly"):
+        check_rescorable("vit-stress", "vit-screen-loss")
+
+
+def test_adam_beta2_is_the_presets_and_recorded(monkeypatch):
+    fast = replace(PROXIES["vit-tiny"], name="vit-tiny-b2", adam_beta2=0.95)
+    monkeypatch.setitem(PROXIES, fast.name, fast)
+    a = train_trial(_cfg("vit-tiny-b2", epochs=1))
+    b = train_trial(_cfg("vit-tiny", epochs=1))
+    assert a.config["adam_beta2"] == 0.95 and b.config["adam_beta2"] == 0.999
+    assert a.metrics["train_loss"] != b.metrics["train_loss"]

@@ -1,0 +1,106 @@
+"""Split-seed rank reliability on synthetic arms whose true reliability is known.
+
+Classical model: arm a has a true mean mu_a ~ N(0, sb^2) and each seed adds N(0, sw^2), so the
+mean over n seeds has reliability R(n) = sb^2 / (sb^2 + sw^2 / n), and the single seed
+rho = sb^2 / (sb^2 + sw^2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from normfree.fidelity.reliability import (
+    rank_reliability,
+    seeds_needed,
+    spearman_brown,
+    trials_reliability,
+)
+from normfree.fidelity.report import ProxyTrial
+
+
+def synthetic(arms: int, seeds: int, sb: float, sw: float, rng_seed: int = 0) -> dict:
+    rng = np.random.default_rng(rng_seed)
+    mu = rng.normal(0, sb, arms)
+    seed_effect = rng.normal(0, 5.0, seeds)  # paired seeds: shared by every arm, rank-neutral
+    return {
+        f"a{i}": {s: float(mu[i] + seed_effect[s] + rng.normal(0, sw)) for s in range(seeds)}
+        for i in range(arms)
+    }
+
+
+@pytest.mark.parametrize(("seeds", "sw"), [(4, 1.0), (3, 1.5), (6, 2.5)])
+def test_recovers_the_true_reliability(seeds: int, sw: float) -> None:
+    true = 1.0 / (1.0 + sw**2 / seeds)  # sb = 1
+    rel = rank_reliability(synthetic(300, seeds, 1.0, sw), bootstrap=200)
+    assert rel.seeds == seeds and rel.arms == 300
+    # ranks read a little below the Pearson truth under normal noise (module docstring)
+    assert rel.reliability == pytest.approx(true, abs=0.05)
+    assert rel.low < true + 0.02 and rel.high > true - 0.05
+    rho = 1.0 / (1.0 + sw**2)
+    assert rel.single_seed == pytest.approx(rho, abs=0.05)
+
+
+def test_seeds_for_target_follows_spearman_brown() -> None:
+    # rho = 0.5: R(4) = 0.8 exactly, so four seeds reach the target and three do not
+    assert seeds_needed(0.5) == 4
+    assert spearman_brown(0.5, 4) == pytest.approx(0.8)
+    assert seeds_needed(0.9) == 1 and seeds_needed(0.0) is None and seeds_needed(-0.2) is None
+    rel = rank_reliability(synthetic(400, 4, 1.0, 1.0, rng_seed=3), bootstrap=0)
+    assert rel.seeds_for_target in (3, 4, 5)
+    assert rel.low is None  # no bootstrap asked
+
+
+def test_pure_noise_is_unreliable() -> None:
+    rel = rank_reliability(synthetic(200, 4, 0.0, 1.0), bootstrap=200)
+    assert abs(rel.reliability) < 0.2
+    assert rel.low < 0 < rel.high
+
+
+def test_failures_rank_last_in_either_direction() -> None:
+    good = {"a": {0: 0.9, 1: 0.91}, "b": {0: 0.8, 1: 0.81}, "c": {0: 0.7, 1: 0.71}}
+    failed = {**good, "d": {0: None, 1: float("nan")}}
+    rel = rank_reliability(failed, bootstrap=0)
+    assert rel.split_correlation == pytest.approx(1.0)
+    # the same as losses: a failure is still the worst
+    losses = {k: {s: (None if v is None else 1 - v) for s, v in c.items()} for k, c in good.items()}
+    losses["d"] = {0: None, 1: None}
+    assert rank_reliability(losses, direction="minimize", bootstrap=0).reliability == 1.0
+    # a failure flipping sides on one seed reverses that arm's rank between the halves
+    flip = {**good, "d": {0: None, 1: 0.95}}
+    assert rank_reliability(flip, bootstrap=0).split_correlation < 1.0
+
+
+def test_not_measurable_says_why() -> None:
+    one_seed = {k: {0: float(i)} for i, k in enumerate("abcd")}
+    rel = rank_reliability(one_seed)
+    assert rel.reliability is None and "2 seeds" in rel.reason
+    assert "not measurable" in rel.text()
+    two_arms = {"a": {0: 1.0, 1: 1.0}, "b": {0: 2.0, 1: 2.0}}
+    assert "3 arms" in rank_reliability(two_arms).reason
+
+
+def test_odd_seed_counts_and_deterministic() -> None:
+    vals = synthetic(60, 5, 1.0, 1.0, rng_seed=7)
+    a, b = rank_reliability(vals), rank_reliability(vals)
+    assert a == b and a.splits == 10  # C(5, 2) unordered splits of 2 against 3
+    assert 0 < a.reliability < 1 and a.low <= a.reliability <= a.high
+    assert "at 5 seeds over 60 arms" in a.text()
+    assert math.isclose(a.as_dict()["reliability"], a.reliability)
+
+
+def test_from_proxy_trials() -> None:
+    vals = synthetic(20, 4, 1.0, 0.5, rng_seed=1)
+    trials = [
+        ProxyTrial(cell=arm, label=arm, seed=s, failed=False, objective=-v,
+                   objective_direction="minimize")
+        for arm, cells in vals.items() for s, v in cells.items()
+    ]  # fmt: skip
+    trials.append(ProxyTrial(cell="x", label="x", seed=0, failed=True))
+    direct = rank_reliability(
+        {k: {s: -v for s, v in c.items()} for k, c in vals.items()} | {"x": {0: None}},
+        direction="minimize",
+    )
+    assert trials_reliability(trials) == direct

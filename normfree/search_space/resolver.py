@@ -137,12 +137,13 @@ class _Reader:
         return self._args(lo + 2, hi - 1)
 
     def _is_call(self, lo: int, hi: int) -> bool:
-        """A transform call, not a formula: ``clip`` is both, and is the transform only when its
-        first argument is a name or another transform call (``clip(u, 2)`` is the formula)."""
+        """A transform call, not a formula: ``clip`` is both, and is the transform when it has
+        two arguments (the formula's clip takes one or three) or its first argument is a name
+        or another transform call."""
         args = self._call_shape(lo, hi)
         if args is None:
             return False
-        if self.tokens[lo].text not in FUNCTIONS:
+        if self.tokens[lo].text not in FUNCTIONS or len(args) == 2:
             return True
         first = args[0]
         return first[1] > first[0] and (self._is_name(*first) or self._is_call(*first))

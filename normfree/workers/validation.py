@@ -105,8 +105,8 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
     def check(text: str, where: str) -> bool:
         try:
             bake(text, lookup)
-        except ExpressionError as exc:
-            problems.append(f"{where}: {exc}")
+        except ExpressionError as exc:  # a position only means something in the text given
+            problems.append(f"{where}: {exc if where.startswith('functions') else exc.message}")
             return False
         except Exception as exc:  # odd text must be refused, never crash the request
             problems.append(f"{where}: {text!r} cannot be resolved ({type(exc).__name__})")
@@ -117,8 +117,8 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
     transform_ok = spec.transform is None or spec.transform in TRANSFORMS
     if not transform_ok:
         problems.append(
-            f"transform: unknown {spec.transform!r}{did_you_mean(spec.transform or '', TRANSFORMS)}"
-            f"; choose from {list(TRANSFORMS)}"
+            f"transform: {spec.transform!r} is not a known transform"
+            f"{did_you_mean(spec.transform or '', TRANSFORMS)}; choose from {list(TRANSFORMS)}"
         )
     if spec.kind == "property" and transform_ok:
         for fn, text in cell_functions(spec.model_copy(update={"functions": good})):
@@ -132,10 +132,11 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
         from normfree.workers.scheduling import NORM_OPTIONS
 
         allowed = set(NORM_OPTIONS) | set(PROXIES[spec.proxy].config_fields())
-        for bad in sorted(set(spec.options) - allowed):
+        bad = sorted(set(spec.options) - allowed)
+        if bad:
+            hints = "".join(did_you_mean(b, allowed) for b in bad)
             problems.append(
-                f"options: unknown {bad!r}{did_you_mean(bad, allowed)}; "
-                f"allowed for {spec.proxy}: {sorted(allowed)}"
+                f"options: unknown {bad}{hints}; allowed for {spec.proxy}: {sorted(allowed)}"
             )
     for b in spec.baselines:
         if b not in BASELINES:

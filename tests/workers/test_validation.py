@@ -79,8 +79,8 @@ def test_every_cell_of_a_property_study_is_checked() -> None:
     )
     problems, _ = study_problems(spec)
     assert problems == [
-        "cell clip(erf, -1): clip(): lam must be > 0 (at position 0)",
-        "cell clip(u/(1+abs(u)), -1): clip(): lam must be > 0 (at position 0)",
+        "cell clip(erf, -1): clip(): lam must be > 0",
+        "cell clip(u/(1+abs(u)), -1): clip(): lam must be > 0",
     ]
 
 

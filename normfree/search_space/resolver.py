@@ -356,6 +356,24 @@ def definition(text: str, formulas: Mapping[str, str]) -> str | None:
     return out if used else None
 
 
+def spelling(text: str) -> str:
+    """The one spelling of a text: transform calls printed as the resolver names their result
+    (``linear_part(erf,0.1)`` -> ``linear_part(erf, 0.1)``), names and formulas as given, so
+    one function typed two ways is one arm. Text that does not read is returned stripped."""
+
+    def walk(node: _Node) -> str:
+        if isinstance(node, _Call):
+            return (
+                f"{node.transform}({', '.join([walk(node.base), *map(format_param, node.params)])})"
+            )
+        return node.name if isinstance(node, _Ref) else node.text
+
+    try:
+        return walk(_read(text))
+    except ExpressionError:
+        return text.strip() if isinstance(text, str) else text
+
+
 def resolve(text: str, stored: Stored | None = None, *, name: str | None = None) -> Candidate:
     """Any accepted text -> its validated :class:`Candidate`; ``name`` names the result (a
     baked definition or a formula keeps the name the user gave it)."""
@@ -370,4 +388,13 @@ def resolve(text: str, stored: Stored | None = None, *, name: str | None = None)
     return cand
 
 
-__all__ = ["Stored", "bake", "definition", "did_you_mean", "known_names", "resolve", "suggest"]
+__all__ = [
+    "Stored",
+    "bake",
+    "definition",
+    "did_you_mean",
+    "known_names",
+    "resolve",
+    "spelling",
+    "suggest",
+]

@@ -86,13 +86,13 @@ def create_study(
     ``StudyInvalid`` (a ConfigError) with every problem.
     """
     settings = settings or get_settings()
-    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     store = store or TrialStore(
         settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
     )
     store.migrate()
-    if not validated:
+    if not validated:  # the one validation (as REST's), with this database's stored names
         spec = prepare(spec, stored_names(store.repo))
+    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     kind = kinds.get(spec.kind)
     kind.validate(spec)
     planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run

@@ -83,7 +83,7 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
     """Every reason to refuse ``spec`` (empty: none), and ``spec`` with its stored candidates
     baked into ``definitions``."""
     from normfree.search_space import ExpressionError
-    from normfree.search_space.resolver import bake
+    from normfree.search_space.resolver import bake, spelling
     from normfree.search_space.transforms import TRANSFORMS
     from normfree.workers import kinds
     from normfree.workers.proxies import PROXIES
@@ -99,6 +99,10 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
     except KeyError:
         return [*problems, f"kind: unknown {spec.kind!r}"], spec
     problems += kind.problems(spec)
+    # one spelling per function (``linear_part(erf,0.1)`` is ``linear_part(erf, 0.1)``), once
+    functions = list(dict.fromkeys(spelling(fn) for fn in spec.functions))
+    if functions != spec.functions:
+        spec = spec.model_copy(update={"functions": functions})
     recorder = _Recorder(stored)
     lookup = recorder.lookup()
 

@@ -73,7 +73,8 @@ def _create_and_maybe_run(
 
     settings = settings_for(database_url)
     try:
-        study_id = create_study(spec, settings=settings)  # checks params, overrides and cost
+        # validated whole as REST validates it (workers.validation), then params and cost
+        study_id = create_study(spec, settings=settings, request=True)
     except (ValueError, KeyError, ArithmeticError) as exc:
         fail(str(exc), as_json)
     est = estimate(spec, settings)

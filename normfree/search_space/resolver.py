@@ -356,13 +356,19 @@ def definition(text: str, formulas: Mapping[str, str]) -> str | None:
     return out if used else None
 
 
-def spelling(text: str) -> str:
+def spelling(text: str, *, collapse: bool = False) -> str:
     """The one spelling of a text: transform calls printed as the resolver names their result
     (``linear_part(erf,0.1)`` -> ``linear_part(erf, 0.1)``), names and formulas as given, so
-    one function typed two ways is one arm. Text that does not read is returned stripped."""
+    one function typed two ways is one arm. ``collapse`` also drops transforms applied at their
+    identity (``shift_h(erf, 0)`` -> ``erf``): the function's identity, for one row per
+    function. Text only (no symbolic work); text that does not read is returned stripped."""
+    transforms = _transforms()
 
     def walk(node: _Node) -> str:
         if isinstance(node, _Call):
+            identity = getattr(transforms.get(node.transform), "identity", None)
+            if collapse and identity is not None and tuple(node.params) == tuple(identity):
+                return walk(node.base)
             return (
                 f"{node.transform}({', '.join([walk(node.base), *map(format_param, node.params)])})"
             )

@@ -77,13 +77,15 @@ def create_study(
     settings: Settings | None = None,
     store: TrialStore | None = None,
     validated: bool = False,
+    request: bool = False,
 ) -> int:
     """Record a study, its Optuna study and (grid kinds) all its trials; return its id.
 
     Nothing runs yet: ``StudyDriver(id).run()`` (or ``normfree study run ID``) does that.
     The study is validated whole and its stored candidates baked (``workers.validation``;
-    ``validated``: the caller already did, with this store) before anything is written:
-    ``StudyInvalid`` (a ConfigError) with every problem.
+    ``validated``: the caller already did, with this store; ``request``: with the kinds'
+    request rules, as REST and the CLI ask) before anything is written: ``StudyInvalid`` (a
+    ConfigError) with every problem.
     """
     settings = settings or get_settings()
     store = store or TrialStore(
@@ -91,7 +93,7 @@ def create_study(
     )
     store.migrate()
     if not validated:  # the one validation (as REST's), with this database's stored names
-        spec = prepare(spec, stored_names(store.repo))
+        spec = prepare(spec, stored_names(store.repo), request=request)
     check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     kind = kinds.get(spec.kind)
     kind.validate(spec)

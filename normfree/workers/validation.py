@@ -79,9 +79,13 @@ def cell_functions(spec: StudySpec) -> list[tuple[str, str]]:
     return out
 
 
-def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[str], StudySpec]:
+def study_problems(
+    spec: StudySpec, stored: Stored | None = None, *, request: bool = True
+) -> tuple[list[str], StudySpec]:
     """Every reason to refuse ``spec`` (empty: none), and ``spec`` with its stored candidates
-    baked into ``definitions``."""
+    baked into ``definitions``. ``request``: also the kind's rules for a request
+    (``StudyKind.problems``: an options study names options); False keeps only what the
+    engine needs to plan it (Python callers: an options study of functions x seeds alone)."""
     from normfree.search_space import ExpressionError
     from normfree.search_space.resolver import bake, spelling
     from normfree.search_space.transforms import TRANSFORMS
@@ -98,7 +102,8 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
         kind = kinds.get(spec.kind)
     except KeyError:
         return [*problems, f"kind: unknown {spec.kind!r}"], spec
-    problems += kind.problems(spec)
+    if request:
+        problems += kind.problems(spec)
     # one spelling per function (``linear_part(erf,0.1)`` is ``linear_part(erf, 0.1)``), once
     functions = list(dict.fromkeys(spelling(fn) for fn in spec.functions))
     if functions != spec.functions:
@@ -155,10 +160,10 @@ def study_problems(spec: StudySpec, stored: Stored | None = None) -> tuple[list[
     return problems, baked
 
 
-def prepare(spec: StudySpec, stored: Stored | None = None) -> StudySpec:
+def prepare(spec: StudySpec, stored: Stored | None = None, *, request: bool = True) -> StudySpec:
     """``spec`` checked whole and baked (:func:`study_problems`); :class:`StudyInvalid` with
     every problem otherwise."""
-    problems, baked = study_problems(spec, stored)
+    problems, baked = study_problems(spec, stored, request=request)
     if problems:
         raise StudyInvalid(problems)
     return baked

@@ -283,9 +283,12 @@ def config_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Tr
 
 
 def arm_label(params: dict[str, Any]) -> str:
-    """A short readable name for a search arm: ``erf`` or ``erf alpha0=0.3 lr=0.002``."""
-    extra = " ".join(f"{k}={params[k]:.3g}" for k in (P_ALPHA0, P_LR) if k in params)
-    return f"{params[P_NORM]} {extra}".strip()
+    """A search arm as every view spells arms (``storage.leaderboard.arm_text``): ``erf`` or
+    ``erf [alpha0=0.3, lr=0.002]``."""
+    from normfree.storage.leaderboard import arm_text
+
+    extra = {k: f"{params[k]:.3g}" for k in (P_ALPHA0, P_LR) if k in params}
+    return arm_text(str(params[P_NORM]), options=extra)
 
 
 def plan_extra_seeds(

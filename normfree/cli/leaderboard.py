@@ -23,36 +23,72 @@ def _arm_label(r: dict[str, Any]) -> str:
     return arm_text(r["candidate"], options=row_options(r))
 
 
+def failure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per arm with failed seeds: the most common reason and its count."""
+    out = []
+    for r in rows:
+        f = r.get("failure")
+        if f:
+            out.append(
+                f"{_arm_label(r)}: {f['reason']} ({f['count']} of {r['n_trials']} trials; "
+                f"{f['failed']} failed in all)"
+            )
+    return out
+
+
 def print_leaderboard(rows: list[dict[str, Any]]) -> None:
+    """The ranked arms as a table; arms with no completed seed apart, unranked, with why."""
     from rich.console import Console
     from rich.table import Table
 
     if not rows:
         click.echo("(no finished trials yet)")
         return
-    obj = rows[0].get("objective") or "value"
-    t = Table(title=f"leaderboard: {obj} ({rows[0].get('direction')}), 95% t intervals")
-    for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
-        t.add_column(col)
-    for r in rows:
-        ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}" if r["mean"] is not None else "-"
-        vs = r.get("vs_layernorm")
-        vs_text = "-"
-        if vs and vs.get("mean_diff") is not None:
-            hw = _fmt(vs.get("ci_half_width"), 2)
-            vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
-        t.add_row(
-            str(r["rank"]),
-            _arm_label(r),
-            ci,
-            str(r["n"]),
-            str(r["n_diverged"]),
-            str(r["n_failed"]),
-            "yes" if r["indistinguishable_from_best"] else "",
-            vs_text,
-        )
-    Console().print(t)
-    click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+    ranked = [r for r in rows if r.get("ranked", True)]
+    unranked = [r for r in rows if not r.get("ranked", True)]
+    console = Console()
+    if ranked:
+        obj = ranked[0].get("objective") or "value"
+        t = Table(title=f"leaderboard: {obj} ({ranked[0].get('direction')}), 95% t intervals")
+        for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
+            t.add_column(col)
+        for r in ranked:
+            ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}"
+            vs = r.get("vs_layernorm")
+            vs_text = "-"
+            if vs and vs.get("mean_diff") is not None:
+                hw = _fmt(vs.get("ci_half_width"), 2)
+                vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
+            t.add_row(
+                str(r["rank"]),
+                _arm_label(r),
+                ci,
+                str(r["n"]),
+                str(r["n_diverged"]),
+                str(r["n_failed"]),
+                "yes" if r["indistinguishable_from_best"] else "",
+                vs_text,
+            )
+        console.print(t)
+        click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+    if unranked:
+        u = Table(title="not ranked: no seed completed")
+        for col in ("arm", "trials", "div", "fail", "why"):
+            u.add_column(col)
+        for r in unranked:
+            u.add_row(
+                _arm_label(r),
+                str(r["n_trials"]),
+                str(r["n_diverged"]),
+                str(r["n_failed"]),
+                str(r.get("unranked_reason") or ""),
+            )
+        console.print(u)
+    partial = failure_lines([r for r in ranked if r.get("failure")])
+    if partial:
+        click.echo("failed seeds of ranked arms (ranked on their completed seeds):")
+        for line in partial:
+            click.echo(f"  {line}")
 
 
 @main.command("leaderboard")

@@ -26,6 +26,8 @@ HTML = {"Accept": "text/html"}
 def esc(text: str) -> str:
     """``text`` as the templates escape it."""
     return str(escape(text))
+
+
 ARMS = {"erf": "complete", "tanh": "complete", "bad/one": "failed", "spiky": "diverged"}
 
 

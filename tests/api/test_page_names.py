@@ -22,6 +22,8 @@ HTML = {"Accept": "text/html"}
 def esc(text: str) -> str:
     """``text`` as the templates escape it."""
     return str(escape(text))
+
+
 PROXY = "vit-tiny"
 
 # stored candidates (a user name may not hold these characters today; a row written by an older

@@ -116,6 +116,7 @@ def test_every_page_answers_and_links_resolve_back(api: Api, odd: int) -> None:
     for name in names:
         where = {u for h, us in linked.items() for u in us if h.endswith(_key(name))}
         assert {f"/?proxy={PROXY}", "/", f"/studies/{odd}"} <= where, (name, where)
+        assert any(u.startswith("/trials/") for u in where), name  # each trial links its arm
     assert {u for h, us in linked.items() for u in us if h.endswith(_key("hash#tag"))} >= {
         "/candidates"
     }
@@ -147,3 +148,44 @@ def test_the_key_survives_a_literal_percent_sequence() -> None:
     # "%25" in a name is three characters, not an escaped "%": it must not decode twice
     assert candidate_key("pct%25x") == "pct%2525x"
     assert candidate_key("a/b?c#d") == "a%2Fb%3Fc%23d"
+
+
+@pytest.mark.browser
+def test_odd_names_round_trip_through_a_real_server_and_browser(tmp_path: Any) -> None:
+    """The same round trip through ``normfree serve`` (uvicorn decodes the path once, where the
+    test client decodes it twice) and a real Chromium that clicks each leaderboard link."""
+    import httpx
+
+    from normfree import storage
+    from normfree.settings import Settings
+    from normfree.testing.live import live_server
+    from tests.api.test_browser import CHROMIUM, FLAGS, _need_chromium
+
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
+    store = storage.open(Settings(database_url=url_db))
+    for name in ODD_NAMES:
+        store.repo.upsert_candidate({"name": name, "formula": "tanh(u)", "group": "odd"})
+    sid = store_arms(store.repo, dict.fromkeys([*ODD_NAMES, FORMULA], "complete"))
+    store.repo.set_study_status(sid, "complete")
+    with live_server(url_db) as base:
+        for page in ("", f"?proxy={PROXY}", "candidates", "studies", f"studies/{sid}"):
+            assert httpx.get(base + page, timeout=30).status_code == 200, page
+        for name in [*ODD_NAMES, FORMULA]:
+            from normfree.api.links import candidate_key
+
+            r = httpx.get(base + "candidates/" + candidate_key(name), timeout=30)
+            assert r.status_code == 200 and f"<h1>{esc(name)} " in r.text, name
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            try:
+                page = browser.new_page()
+                for name in [*ODD_NAMES, FORMULA]:
+                    page.goto(base + f"?proxy={PROXY}")
+                    page.locator("#leaderboard").get_by_role("link", name=name, exact=True).click()
+                    page.wait_for_load_state()
+                    assert page.locator("h1").inner_text().startswith(name), name
+            finally:
+                browser.close()

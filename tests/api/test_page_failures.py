@@ -114,6 +114,15 @@ def test_corrupt_study_spec_costs_only_the_spec(api: Api, mixed: int) -> None:
     assert api.client.get(f"/?proxy={PROXY}", headers=HTML).status_code == 200
 
 
+def test_corrupt_trial_axes_cost_only_the_study_cells(api: Api, mixed: int) -> None:
+    # axis values that are valid JSON but not a mapping: the cells cannot be built from them
+    _exec(api, "UPDATE trials SET axis_values = '\"oops\"' WHERE study_id = :i", i=mixed)
+    page = api.client.get(f"/studies/{mixed}", headers=HTML)
+    assert page.status_code == 200
+    assert "Could not show the study&#39;s cells (ValueError [ref " in page.text
+    assert f"Study {mixed}" in page.text and "progress-text" in page.text  # the rest is shown
+
+
 def test_corrupt_curves_cost_only_the_curves(api: Api, mixed: int) -> None:
     trials = api.client.get(f"/api/studies/{mixed}/trials?limit=100").json()["items"]
     done = [t["id"] for t in trials if t["status"] == "COMPLETE"]

@@ -294,7 +294,11 @@ async def page_study(
 
     def build() -> cache.Cached:
         parts = PageParts("study")
-        detail = services.get_study(state, study_id, trials=False)
+        detail = parts.build(
+            "the study's cells", lambda: services.get_study(state, study_id, trials=False), None
+        )
+        if detail is None:
+            detail = services.study_without_cells(state, study_id)
         for what in detail.unreadable:
             parts.note(f"Could not read this study's stored {what}; it is shown empty.")
         figure = None

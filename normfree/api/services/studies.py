@@ -293,6 +293,13 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
     )
 
 
+def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
+    """The study, its status and progress without its cells: what a page still shows when the
+    cells cannot be built from its stored trials."""
+    _key, row, counts = study_key(state, study_id)
+    return S.StudyDetail(**_study_public(state, row, counts).model_dump(), cells=[], trials=[])
+
+
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
     return S.TrialSummary(
         id=t["id"],

@@ -43,6 +43,7 @@ from normfree.workers import scheduling as sch
 from normfree.workers.cost import check_study
 from normfree.workers.errors import failure_reason
 from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
+from normfree.workers.lifecycle import outcome
 from normfree.workers.validation import prepare, stored_names
 
 __all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
@@ -385,7 +386,7 @@ class StudyDriver:
         status = self.store.study_status(self.study_id)
         open_ = counts.get("WAITING", 0) + counts.get("RUNNING", 0)
         if status == "running" and open_ == 0 and (max_trials is None or budget_left):
-            status = "complete"
+            status = outcome(counts)  # complete, or failed when nothing trained (lifecycle)
             self.store.repo.set_study_status(self.study_id, status)
         summary.status = status
         summary.counts = counts

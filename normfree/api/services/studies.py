@@ -51,13 +51,16 @@ def _progress(
 def _study_public(
     state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
 ) -> S.StudyPublic:
+    spec = row["spec"]
+    unreadable = [] if isinstance(spec, Mapping) else ["spec"]  # corrupt: shown empty, named
     return S.StudyPublic(
         id=row["id"],
         kind=row["kind"],
         name=row.get("name"),
         proxy=row["proxy"],
         status=row["status"],
-        spec=row["spec"],
+        spec=spec if isinstance(spec, Mapping) else {},
+        unreadable=unreadable,
         created_at=row.get("created_at"),
         updated_at=row.get("updated_at"),
         progress=_progress(state.repo, row["id"], counts),
@@ -136,7 +139,8 @@ def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
-    from normfree.storage import stats
+    from normfree.api.services.leaderboards import public_failure
+    from normfree.storage import failures, stats
     from normfree.storage.leaderboard import arm_text
 
     transform = spec.get("transform")
@@ -169,7 +173,9 @@ def _cells(
                 baseline=baseline,
                 n=summ.n,
                 n_diverged=sum(t["status"] == "DIVERGED" for t in ts),
+                n_failed=sum(t["status"] == "FAILED" for t in ts),
                 n_total=len(ts),
+                failure=public_failure(failures.most_common(ts)),
                 mean=summ.mean,
                 std=summ.std,
                 ci_low=summ.low,
@@ -215,13 +221,17 @@ def _study_cells(
     def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
         from normfree.storage import reads
 
-        fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
+        fields = (
+            "candidate", "status", "axis_values", "objective", "direction", "value", "error",
+            "failure",
+        )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
             # and _cells keeps only finite axis values; walking 1,000 rows cost a third of
             # the build
             trials = reads.study_trial_rows(conn, row["id"], fields)
-        cells, objective, direction = _cells(trials, row["spec"])
+        spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
+        cells, objective, direction = _cells(trials, spec)
         if objective is None:
             try:
                 from normfree.workers.scheduling import objective_of
@@ -256,6 +266,13 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         cells=cells,
         trials=listed,
     )
+
+
+def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
+    """The study, its status and progress without its cells: what a page still shows when the
+    cells cannot be built from its stored trials."""
+    _key, row, counts = study_key(state, study_id)
+    return S.StudyDetail(**_study_public(state, row, counts).model_dump(), cells=[], trials=[])
 
 
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:

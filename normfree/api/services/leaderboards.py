@@ -138,8 +138,17 @@ def leaderboard(
         direction=direction,
         filters={k: v for k, v in filters.items() if v},
         fidelity=fid,
+        caveats=_caveats(proxy, out, objective),
         rows=out,
     )
+
+
+def _caveats(proxy: str, rows: list[S.LeaderboardRow], objective: str | None) -> S.BoardCaveats:
+    """The caveats of the rows shown (``fidelity.caveats.board_caveats``)."""
+    from normfree.fidelity.caveats import board_caveats
+
+    plain = [{"label": r.candidate, "n": r.n, "mean": r.mean, "objective": objective} for r in rows]
+    return S.BoardCaveats(**board_caveats(proxy, plain))
 
 
 def _known_proxy(proxy: str) -> bool:

@@ -61,3 +61,31 @@ def test_search_study_says_which_functions_it_never_tried(api: Api) -> None:
     page = api.client.get(f"/studies/{study_id}").text
     assert 'id="search-coverage"' in page and "Never tried: isru" in page
     assert "budget exhausted" in page
+
+
+def test_runs_ending_near_chance_are_failures_in_fidelity_on_a_smoke_preset(api: Api) -> None:
+    # vit-tiny's trainer calls every finished run complete (min_learning 0); fidelity must not
+    spec = StudySpec(
+        kind="property",
+        proxy="vit-tiny",
+        seeds=2,
+        functions=["erf"],
+        transform="shift_h",
+        values=[-2.0, 0.0, 2.0],
+        baselines=["layernorm"],
+        epochs=1,
+    )
+    study_id = create_study(spec, settings=api.settings)
+    driver = StudyDriver(study_id, settings=api.settings)
+    repo = driver.store.repo
+    while (leased := repo.lease_next(study_id, "t", 30.0)) is not None:
+        shift = leased.axis_values.get("shift_h")
+        acc = 0.1 if shift in (-2.0, 2.0) else 0.8 + 0.01 * leased.config.seed
+        assert repo.finish_trial(leased.id, "t", leased.attempt, _result(acc))
+    repo.set_study_status(study_id, "complete")
+    rep = api.client.get(f"/api/fidelity?study_id={study_id}").json()
+    cells = {c["cell"]: c["proxy"] for s in rep["settings"] for c in s["cells"]}
+    assert cells["shift_h(erf, 2)"]["failed"] and cells["shift_h(erf, -2)"]["failed"]
+    assert not cells["erf"]["failed"]
+    board = api.client.get(f"/api/leaderboards/vit-tiny?study_id={study_id}").json()
+    assert set(board["caveats"]["near_chance"]) == {"shift_h(erf, -2)", "shift_h(erf, 2)"}

@@ -127,3 +127,19 @@ def test_demo_command_evaluates_the_catalog_then_runs_a_study(tmp_path: Path, _r
     assert study["run"]["status"] == "complete" and study["proxy"] == "vit-tiny"
     assert study["run"]["counts"]["COMPLETE"] == 21  # 2 functions x 3 values x 3 seeds + LN x 3
     assert study["database"].endswith("demo.db")
+
+
+def test_search_run_says_which_functions_the_budget_never_reached(
+    tmp_path: Path, _ray: None
+) -> None:
+    db = f"sqlite:///{tmp_path / 'search.db'}"
+    created = _json(
+        "study", "search", "--functions", "erf,tanh,arctan", "--n-trials", "2",
+        "--extra-seeds", "0", "--pruner", "none", "--proxy", "vit-tiny", "--seeds", "1",
+        "--epochs", "1", "--detach", "--db", db,
+    )  # fmt: skip
+    code, out = _run("study", "run", str(created["study_id"]), "--db", db)
+    assert code == 0, out
+    # the first two named are asked first; the third is never tried, and the run says why
+    assert "arctan: never tried (budget exhausted" in out
+    assert "tanh: never tried" not in out and "erf: never tried" not in out

@@ -138,7 +138,10 @@ class FidelitySummary(_Out):
     """How far a ranking predicts published at-scale results (the full report: /api/fidelity)."""
 
     reference: str = Field(description="The reference set compared with (default: published).")
-    headline: str = Field(description="One line: orders reproduced, mean Spearman, failures.")
+    headline: str = Field(
+        description="One line: orders reproduced, mean Spearman, failures; on a preset without "
+        "a calibration, or over too few cells, it says so instead (normfree.fidelity.caveats)."
+    )
     cells: int = 0
     settings_compared: int = 0
     spearman_mean: float | None = None

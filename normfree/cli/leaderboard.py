@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from normfree.cli import main
-from normfree.cli._output import emit, json_option
+from normfree.cli._output import emit, fail, json_option
 from normfree.cli._studies import board, db_option, open_store, settings_for
 
 
@@ -23,9 +23,15 @@ def _arm_label(r: dict[str, Any]) -> str:
     return arm_text(r["candidate"], options=row_options(r))
 
 
-def print_leaderboard(rows: list[dict[str, Any]]) -> None:
+def print_leaderboard(rows: list[dict[str, Any]], wide: bool = False) -> None:
+    """The ranked table, fitted to the terminal's width (``shutil.get_terminal_size``; an arm
+    label wraps, nothing is cut); ``wide`` prints every column at full width whatever the
+    terminal (for pipes and files)."""
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     if not rows:
         click.echo("(no finished trials yet)")
@@ -33,7 +39,13 @@ def print_leaderboard(rows: list[dict[str, Any]]) -> None:
     obj = rows[0].get("objective") or "value"
     t = Table(title=f"leaderboard: {obj} ({rows[0].get('direction')}), 95% t intervals")
     for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
-        t.add_column(col)
+        # counts stay whole; the arm and the intervals wrap (fold) when the terminal is narrow
+        t.add_column(
+            col,
+            no_wrap=col in ("#", "n", "div", "fail"),
+            overflow="fold",
+            min_width=12 if col == "arm" else None,
+        )
     for r in rows:
         ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}" if r["mean"] is not None else "-"
         vs = r.get("vs_layernorm")
@@ -43,7 +55,7 @@ def print_leaderboard(rows: list[dict[str, Any]]) -> None:
             vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
         t.add_row(
             str(r["rank"]),
-            _arm_label(r),
+            Text(_arm_label(r)),  # plain text: "[alpha0=1.0]" is not rich markup
             ci,
             str(r["n"]),
             str(r["n_diverged"]),
@@ -51,7 +63,9 @@ def print_leaderboard(rows: list[dict[str, Any]]) -> None:
             "yes" if r["indistinguishable_from_best"] else "",
             vs_text,
         )
-    Console().print(t)
+    # a table is as wide as its text needs (expand is off): a wide console cuts nothing
+    width = 10_000 if wide else max(shutil.get_terminal_size((120, 24)).columns, 60)
+    Console(width=width).print(t)
     click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
 
 
@@ -60,6 +74,7 @@ def print_leaderboard(rows: list[dict[str, Any]]) -> None:
 @click.option("--study", "study_id", type=int, default=None, help="Only this study's trials.")
 @click.option("--group", default=None, help="Only candidates of this catalog group.")
 @click.option("--metric", default=None, help="Rank by this final metric instead.")
+@click.option("--wide", is_flag=True, help="Print every column whole, whatever the terminal.")
 @db_option
 @json_option
 def leaderboard(
@@ -67,12 +82,16 @@ def leaderboard(
     study_id: int | None,
     group: str | None,
     metric: str | None,
+    wide: bool,
     database_url: str | None,
     as_json: bool,
 ) -> None:
     """Arms ranked over seeds: mean ± CI, n, diverged, ≈best flag, paired diff vs LayerNorm,
-    and, beside the ranking, how far it predicts published results (its fidelity)."""
+    and, beside the ranking, how far it predicts published results (its fidelity).
+
+    An unknown proxy or metric exits 2 with the choices (the nearest first)."""
     store = open_store(settings_for(database_url))
+    _check_choices(store, proxy, metric, as_json)
     rows = board(store, proxy, study_id=study_id, metric=metric)
     if group is not None:  # stored candidates and catalog functions alike, as the API files them
         from normfree.search_space import catalog
@@ -88,7 +107,7 @@ def leaderboard(
     )
 
     def human(result: dict[str, Any]) -> None:
-        print_leaderboard(result["rows"])
+        print_leaderboard(result["rows"], wide=wide)
         if result["fidelity"]:
             where = f"--study {study_id}" if study_id else f"--proxy {proxy}"
             click.echo(f"{result['fidelity']['headline']}  (normfree fidelity {where})")
@@ -96,6 +115,31 @@ def leaderboard(
             click.echo(f"caveat: {note}")
 
     emit({"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}, as_json, human)
+
+
+def _check_choices(store: Any, proxy: str, metric: str | None, as_json: bool) -> None:
+    """Refuse a proxy neither registered nor in the database, and a metric its trials never
+    reported, naming the choices (an empty table with rc 0 read as "no results")."""
+    from normfree.search_space.resolver import did_you_mean
+    from normfree.storage.leaderboard import metric_names
+    from normfree.workers.proxies import PROXIES
+
+    proxies = sorted({*PROXIES, *store.repo.list_proxies()})
+    if proxy not in proxies:
+        fail(
+            f"unknown proxy {proxy!r}{did_you_mean(proxy, proxies)}; choose from "
+            f"{', '.join(proxies)}",
+            as_json,
+        )
+    if metric is None:
+        return
+    metrics = metric_names(store.repo.db, proxy)
+    if metrics and metric not in metrics:
+        fail(
+            f"unknown metric {metric!r} for {proxy}{did_you_mean(metric, metrics)}; choose from "
+            f"{', '.join(metrics)}",
+            as_json,
+        )
 
 
 def _fidelity_summary(store: Any, proxy: str, study_id: int | None) -> dict[str, Any] | None:

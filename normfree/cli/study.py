@@ -29,7 +29,19 @@ from normfree.cli.leaderboard import print_leaderboard
 
 
 def _split(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
+    """Comma-separated items, commas inside parentheses kept: ``erf,linear_part(erf,0.1)`` is
+    two functions. Unbalanced parentheses stay in one item (the resolver says what is wrong)."""
+    items, depth, start, text = [], 0, 0, text or ""
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [t.strip() for t in items if t.strip()]
 
 
 def _floats(text: str, what: str) -> list[float]:
@@ -61,7 +73,8 @@ def _create_and_maybe_run(
 
     settings = settings_for(database_url)
     try:
-        study_id = create_study(spec, settings=settings)  # checks params, overrides and cost
+        # validated whole as REST validates it (workers.validation), then params and cost
+        study_id = create_study(spec, settings=settings, request=True)
     except (ValueError, KeyError, ArithmeticError) as exc:
         fail(str(exc), as_json)
     est = estimate(spec, settings)

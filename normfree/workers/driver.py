@@ -44,6 +44,7 @@ from normfree.workers.cost import check_study
 from normfree.workers.errors import failure_reason
 from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
 from normfree.workers.kinds.search import REPEAT_OF, answer_repeats
+from normfree.workers.validation import prepare, stored_names
 
 __all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
 
@@ -72,19 +73,29 @@ def _load_optuna(store: TrialStore, spec: StudySpec, study_id: int) -> optuna.St
 
 
 def create_study(
-    spec: StudySpec, *, settings: Settings | None = None, store: TrialStore | None = None
+    spec: StudySpec,
+    *,
+    settings: Settings | None = None,
+    store: TrialStore | None = None,
+    validated: bool = False,
+    request: bool = False,
 ) -> int:
     """Record a study, its Optuna study and (grid kinds) all its trials; return its id.
 
     Nothing runs yet: ``StudyDriver(id).run()`` (or ``normfree study run ID``) does that.
-    Planning errors (unknown transform, empty grid) raise before anything is written.
+    The study is validated whole and its stored candidates baked (``workers.validation``;
+    ``validated``: the caller already did, with this store; ``request``: with the kinds'
+    request rules, as REST and the CLI ask) before anything is written: ``StudyInvalid`` (a
+    ConfigError) with every problem.
     """
     settings = settings or get_settings()
-    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     store = store or TrialStore(
         settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
     )
     store.migrate()
+    if not validated:  # the one validation (as REST's), with this database's stored names
+        spec = prepare(spec, stored_names(store.repo), request=request)
+    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     kind = kinds.get(spec.kind)
     kind.validate(spec)
     planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run

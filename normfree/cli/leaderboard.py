@@ -138,14 +138,22 @@ def leaderboard(
 
         rows = in_group(rows, group, catalog.describe)
     fidelity = _fidelity_summary(store, proxy, study_id)
+    from normfree.fidelity.caveats import board_caveats
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    caveats = board_caveats(
+        proxy, [{**r, "label": arm_text(r["candidate"], options=row_options(r))} for r in rows]
+    )
 
     def human(result: dict[str, Any]) -> None:
         print_leaderboard(result["rows"], wide=wide)
         if result["fidelity"]:
             where = f"--study {study_id}" if study_id else f"--proxy {proxy}"
             click.echo(f"{result['fidelity']['headline']}  (normfree fidelity {where})")
+        for note in result["caveats"]["notes"]:
+            click.echo(f"caveat: {note}")
 
-    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity}, as_json, human)
+    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}, as_json, human)
 
 
 def _check_choices(store: Any, proxy: str, metric: str | None, as_json: bool) -> None:
@@ -191,4 +199,10 @@ def _fidelity_summary(store: Any, proxy: str, study_id: int | None) -> dict[str,
             )
     except FidelityError:
         return None
-    return {**rep["summary"], "reference": rep["reference"]["name"], "headline": headline(rep)}
+    return {
+        **rep["summary"],
+        "reference": rep["reference"]["name"],
+        "headline": headline(rep),
+        "calibrated": rep.get("calibrated", True),
+        "calibration": rep.get("calibration"),
+    }

@@ -43,6 +43,7 @@ from normfree.workers import scheduling as sch
 from normfree.workers.cost import check_study
 from normfree.workers.errors import failure_reason
 from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
+from normfree.workers.kinds.search import REPEAT_OF, answer_repeats
 from normfree.workers.lifecycle import outcome
 from normfree.workers.validation import prepare, stored_names
 
@@ -206,16 +207,21 @@ class StudyDriver:
         """Tell Optuna about rows that ended while no driver watched; fail orphan asks."""
         rows = self.store.repo.list_trials(self.study_id)
         known = {r["optuna_number"] for r in rows if r["optuna_number"] is not None}
-        running = {
-            t.number
+        open_trials = [
+            t
             for t in self.optuna.get_trials(deepcopy=False)
             if t.state == optuna.trial.TrialState.RUNNING
-        }
+        ]
+        # A search's repeat ask has no row of its own: it waits for the row it repeats.
+        repeats = {t.number for t in open_trials if REPEAT_OF in t.user_attrs}
+        running = {t.number for t in open_trials} - repeats
         for r in rows:
             if r["optuna_number"] in running and r["status"] in _TERMINAL:
                 self.tell(r["optuna_number"], r["status"], r["value"])
         for number in running - known:  # asked, then the driver died before inserting the row
             self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        if repeats:
+            answer_repeats(self)
 
     def _grid_number(self, leased: LeasedTrial) -> int:
         """Give a grid trial its Optuna trial (once; kept across attempts).

@@ -195,6 +195,13 @@ def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any
     return None if report is None else finite(report)
 
 
+def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The kind's report under the StudyDetail field named after the kind (generate, search)."""
+    if report is None or kind not in S.StudyDetail.model_fields:
+        return {}
+    return {kind: report}
+
+
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
     """What a study's summary shows depends on, read cheaply; plus the row and the counts.
 
@@ -262,7 +269,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
-        generate=generate,
+        **_kind_fields(row["kind"], generate),
         cells=cells,
         trials=listed,
     )

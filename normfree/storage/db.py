@@ -30,6 +30,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from normfree.private import private_file
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 # How long an SQLite writer waits for the lock before giving up (milliseconds).
@@ -121,7 +123,9 @@ class Database:
             db = sa_url.database
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
             if db and db != ":memory:" and not db.startswith("file:"):
-                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                # 0600 before SQLite opens it (its -wal/-shm take the same mode): token hashes
+                # and private error texts are this user's only (normfree.private)
+                private_file(db)
                 kwargs.update(pooled)  # in-memory databases keep one connection per thread
         else:
             kwargs.update(pooled)

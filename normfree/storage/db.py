@@ -278,9 +278,16 @@ def _server_url(url: str) -> Any:
 def ensure_database(url: str) -> bool:
     """Create the database ``url`` names if it is a missing PostgreSQL database.
 
-    Returns True when it created one. SQLite files are created on first connect: nothing to do.
+    Returns True when it created one. A missing SQLite file is created empty and 0600 (SQLite
+    would create it 0644 on first connect; Optuna's sibling file goes through here) and the
+    answer stays False: SQLite needs nothing else.
     """
     sa_url = make_url(normalize_url(url))
+    if sa_url.get_backend_name() == "sqlite":
+        db = sa_url.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            private_file(db)
+        return False
     if sa_url.get_backend_name() != "postgresql":
         return False
     name = sa_url.database

@@ -53,6 +53,21 @@ def test_sqlite_database_wal_and_shm_are_0600_in_a_0700_folder(tmp_path: Path) -
     assert mode(base) == 0o755  # a folder that existed keeps its mode
 
 
+def test_optunas_sibling_database_is_private_too(tmp_path: Path) -> None:
+    from normfree import storage
+    from normfree.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'n.db'}")
+    handle = storage.open(settings)
+    try:
+        handle.optuna_storage()
+        files = sorted(p.name for p in tmp_path.iterdir())
+        assert "n-optuna.db" in files and "n.db" in files
+        assert {f: oct(mode(tmp_path / f)) for f in files} == {f: "0o600" for f in files}
+    finally:
+        handle.close()
+
+
 def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     path.touch(mode=0o640)

@@ -53,6 +53,17 @@ NORM_ALIASES: dict[str, dict[str, Any]] = {
 }
 
 
+# Names a user candidate may not take: training (``kernels.create_norm``, ``parse_norm``) and
+# reference cells read these as the operators above whatever is stored under them, and they read
+# them case-insensitively, so they are compared lower-cased (:func:`is_reserved_name`).
+RESERVED_NAMES: frozenset[str] = frozenset(BASELINES) | frozenset(NORM_ALIASES)
+
+
+def is_reserved_name(name: str) -> bool:
+    """Whether ``name`` means a baseline or a paper alias to the readers of names."""
+    return name.strip().lower() in RESERVED_NAMES
+
+
 def expand_alias(name: str, shift: str = "none", formula: str | None = None) -> tuple[str, str]:
     """(function name, shift) behind a paper alias; other names unchanged. The alias's shift
     applies unless one was set (``derf`` is erf with a scalar shift, ``derf`` + per-channel is

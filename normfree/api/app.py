@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from normfree import __version__
-from normfree.api import errors, fastlane, security
+from normfree.api import errors, fastlane, inputs, security
 from normfree.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,8 @@ def create_app(
     pages.install_filters(app.state.templates)
 
     errors.install_error_handlers(app)
+    # Inside the body limit (it buffers a bounded body), outside every route (api.inputs).
+    app.add_middleware(inputs.InputGuard)
     app.add_middleware(errors.BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     # Outermost: the headers reach every answer, the body limit's 413 included.
     app.add_middleware(security.SecurityHeadersMiddleware)

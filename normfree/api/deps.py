@@ -23,12 +23,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api.errors import ApiError
+from normfree.api.inputs import MAX_DB_INT
 from normfree.api.services import ServiceState
 from normfree.settings import Settings
 
 # The path and query parameters several routes (JSON and pages) take, defined once so that each
 # is validated the same way everywhere.
-MAX_ID = 2**31 - 1  # the database's 32-bit integer keys
+MAX_ID = MAX_DB_INT  # the database's 32-bit integer keys (``api.inputs``)
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 StudyIdQuery = Annotated[int | None, Query(ge=1, le=MAX_ID)]
 GroupQuery = Annotated[str | None, Query(max_length=100)]

@@ -19,7 +19,7 @@ from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, plain
-from normfree.specs import BASELINES
+from normfree.specs import RESERVED_NAMES, is_reserved_name
 from normfree.storage.protocols import CandidateStore
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,15 @@ def submit_candidate(
     after the answer (``prescreen.status == "pending"``, see ``api.prescreens``).
     """
     repo = state.repo
-    if data.name in BASELINES or _is_catalog_name(data.name):
+    if is_reserved_name(data.name):
+        raise ApiError(
+            409,
+            "name_taken",
+            f"{data.name!r} is reserved: training and reference sets read it as a baseline or "
+            f"a paper's operator ({', '.join(sorted(RESERVED_NAMES))}); choose another name",
+            {"field": "name"},
+        )
+    if _is_catalog_name(data.name):
         raise ApiError(
             409,
             "name_taken",

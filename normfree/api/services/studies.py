@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
+from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 from normfree.specs import StudySpec
@@ -310,8 +311,8 @@ def list_study_trials(
     after = 0
     if cursor:
         try:
-            after = int(cursor)
-        except ValueError:
+            after = db_int(cursor, "cursor")
+        except ApiError:
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
     with state.db.read() as conn:
         rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)

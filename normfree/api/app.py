@@ -116,6 +116,16 @@ def create_app(
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
         ).start()
+        if state.prescreen:
+            from normfree.api import prescreens
+
+            # prescreens a killed server left pending (parsing: off the event loop)
+            threading.Thread(
+                target=_quietly(prescreens.requeue_interrupted),
+                args=(state,),
+                name="normfree-prescreen-requeue",
+                daemon=True,
+            ).start()
         try:
             yield
         finally:
@@ -173,6 +183,18 @@ def create_app(
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app
+
+
+def _quietly(fn: Any) -> Any:
+    """``fn`` for a background thread at start: a failure is logged, never raised."""
+
+    def run(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("%s failed at start", getattr(fn, "__name__", fn))
+
+    return run
 
 
 def _secured(route: fastlane.Direct) -> fastlane.Direct:

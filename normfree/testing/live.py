@@ -96,8 +96,14 @@ def live_server_process(
     )
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()
-        m = re.search(r"(http://\S+/)", first)
+        # the URL is the first line serve prints; log lines (stderr, merged) may come before it
+        first = ""
+        for _ in range(50):
+            line = proc.stdout.readline()
+            first += line
+            m = re.search(r"(http://\S+/)", line)
+            if m or not line:
+                break
         assert m, f"serve printed no URL: {first!r}"
         url = m.group(1)
         # Keep draining the server's output so a full pipe can never block it.

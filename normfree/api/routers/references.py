@@ -10,7 +10,12 @@ from fastapi.responses import PlainTextResponse, Response
 from normfree.api import fidelity
 from normfree.api.deps import Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
-from normfree.api.schemas import ReferenceSetDetail, ReferenceSetList, ReferenceSetPublic
+from normfree.api.schemas import (
+    ReferenceSetDeleted,
+    ReferenceSetDetail,
+    ReferenceSetList,
+    ReferenceSetPublic,
+)
 
 router = APIRouter(prefix="/references", tags=["references"])
 
@@ -110,7 +115,7 @@ async def import_reference(
 
 @router.delete(
     "/{name}",
-    status_code=204,
+    response_model=ReferenceSetDeleted,
     responses={
         401: {"model": ErrorBody, "description": "No bearer token."},
         403: {
@@ -121,7 +126,7 @@ async def import_reference(
         409: {"model": ErrorBody, "description": "The built-in set cannot be deleted."},
     },
 )
-def delete_reference(name: NamePath, state: StateDep, who: WritePrincipal) -> Response:
+def delete_reference(name: NamePath, state: StateDep, who: WritePrincipal) -> ReferenceSetDeleted:
     """Delete a set: only the token that imported it, or an admin token, may."""
     fidelity.delete_reference(state, name, who)
-    return Response(status_code=204)
+    return ReferenceSetDeleted(name=name)

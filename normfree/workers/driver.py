@@ -326,6 +326,11 @@ class StudyDriver:
         waited = 0.0
         summary = DriverSummary(self.study_id, "running")
         status = self.store.study_status(self.study_id)
+        if status == "creating":  # half planned: running it would run half a study
+            raise RuntimeError(
+                f"study {self.study_id} is still being created (or its creation was cut off: "
+                "the next server start removes it)"
+            )
         if status in ("cancelled", "complete"):
             summary.status = status
             summary.counts = self._progress()

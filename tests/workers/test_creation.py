@@ -12,7 +12,7 @@ import pytest
 from normfree.api.services import ServiceState
 from normfree.specs import StudySpec
 from normfree.workers import kinds
-from normfree.workers.driver import _load_optuna, create_study, optuna_study_name
+from normfree.workers.driver import StudyDriver, _load_optuna, create_study, optuna_study_name
 from normfree.workers.execution import TrialStore
 from tests.workers.engine_support import engine_settings
 
@@ -39,6 +39,8 @@ def test_a_creation_cut_off_is_removed_at_the_next_start(tmp_path: Path) -> None
     assert store.repo.lease_next(cut, "someone", 30.0) is None
     names = optuna.get_all_study_names(storage=store.optuna_storage())
     assert optuna_study_name(cut) in names
+    with pytest.raises(RuntimeError, match="still being created"):
+        StudyDriver(cut, settings=settings, store=store).run()
 
     state = ServiceState.open(settings, run_studies=False)  # the next start
     try:

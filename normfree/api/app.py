@@ -38,9 +38,12 @@ API_DESCRIPTION = """\
 normfree measures whether a pointwise function f can replace LayerNorm in a transformer.
 
 * **Reads** (GET) are public unless the server sets `NORMFREE_PUBLIC_READS=false`.
-* **Writes** (POST) need `Authorization: Bearer <token>`; create a token with
-  `normfree token create NAME` (only its hash is stored) and revoke it with
-  `normfree token revoke NAME`. A missing token answers 401, an unknown or revoked one 403.
+* **Writes** (POST, DELETE) need `Authorization: Bearer <token>`; create a token with
+  `normfree token create NAME [--scope read|write|admin]` (only its hash is stored) and revoke
+  it with `normfree token revoke NAME`. A missing token answers 401; an unknown, revoked,
+  expired or read-only one 403.
+* A study or reference set belongs to the token that created it: only that token or an admin
+  token may pause, resume, cancel, replace or delete it (403 otherwise).
 * Every refused request answers `{"error": code, "message": what to fix, "detail": ...}` with a
   4xx status; bodies over `NORMFREE_MAX_REQUEST_BYTES` answer 413.
 """

@@ -76,3 +76,31 @@ def test_twenty_names_for_one_formula_store_one(served) -> None:
         timeout=120,
     )
     assert again.status_code == 200 and again.json()["duplicate_of"] == winner
+
+
+@pytest.mark.postgres
+def test_twenty_imports_of_one_reference_set_store_one(served) -> None:
+    base, token, _repo = served
+    start = Barrier(N)
+
+    def post(k: int) -> httpx.Response:
+        body = {
+            "name": "raced",
+            "source": f"client {k}",
+            "rows": [
+                {"setting": "s", "family": "vit", "metric": "accuracy", "direction": "maximize",
+                 "cell": {"function": "tanh"}, "value_low": 80 + k, "value_high": 80 + k},
+            ],
+        }  # fmt: skip
+        with httpx.Client(base_url=base, timeout=300) as client:
+            start.wait()
+            return client.post(
+                "/api/references", json=body, headers={"Authorization": f"Bearer {token}"}
+            )
+
+    with ThreadPoolExecutor(N) as pool:
+        answers = list(pool.map(post, range(N)))
+    assert Counter(r.status_code for r in answers) == {201: 1, 409: N - 1}
+    (winner,) = [r.json() for r in answers if r.status_code == 201]
+    stored = httpx.get(base + "api/references/raced", timeout=60).json()
+    assert stored["source"] == winner["source"] and stored["n_rows"] == 1

@@ -104,3 +104,33 @@ def test_twenty_imports_of_one_reference_set_store_one(served) -> None:
     (winner,) = [r.json() for r in answers if r.status_code == 201]
     stored = httpx.get(base + "api/references/raced", timeout=60).json()
     assert stored["source"] == winner["source"] and stored["n_rows"] == 1
+
+
+def test_resubmitting_a_candidate_whose_prescreen_was_lost_runs_it(make_api, tmp_path) -> None:
+    """The probe: after a kill the stored prescreen stayed pending, and resubmitting answered
+    "duplicate" without ever running it. Now the resubmission asks for it again."""
+    import threading
+    import time
+
+    from normfree.api.services import candidate_dict
+    from normfree.search_space import parse
+
+    api = make_api(f"sqlite:///{tmp_path / 'lost.db'}")
+    for t in threading.enumerate():  # the start's re-queue has run (on an empty database)
+        if t.name == "normfree-prescreen-requeue":
+            t.join(timeout=60)
+    formula = "u/(9+u**2)"
+    row = candidate_dict(parse(formula, name="lost"))
+    # what a killed server left: the row, its prescreen pending, nothing running it
+    api.repo.claim_candidate(row, submitter="tester1", prescreen={"status": "pending", "ok": False})
+    r = api.client.post(
+        "/api/candidates", json={"name": "lost", "formula": formula}, headers=api.auth
+    )
+    assert r.status_code == 202 and r.json()["duplicate_of"] == "lost", r.text
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        pre = api.repo.get_candidate("lost")["prescreen"]
+        if pre["status"] != "pending":
+            break
+        time.sleep(0.3)
+    assert pre["status"] == "done", pre

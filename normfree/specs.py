@@ -20,7 +20,9 @@ Scalar = bool | int | float | str
 
 # ------------------------------------------------------------------------ statuses (one home)
 # A study's status; ``workers.lifecycle`` holds the transitions people ask for.
-StudyStatus = Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
+# "creating": written first while the engine plans the study (its Optuna study, its trials);
+# a study left there by a crash is removed at the next start (workers.driver.recover_creations).
+StudyStatus = Literal["creating", "pending", "running", "paused", "cancelled", "complete", "failed"]
 STUDY_STATUSES: tuple[StudyStatus, ...] = get_args(StudyStatus)
 # A trial row's status in storage (upper case: a TrialResult's own status is lower case).
 TrialRowStatus = Literal[

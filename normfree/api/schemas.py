@@ -450,6 +450,13 @@ class Version(_Out):
 # ------------------------------------------------------------------------------------ references
 
 
+class ReferenceSetDeleted(_Out):
+    """The answer to deleting a reference set."""
+
+    name: str
+    deleted: bool = True
+
+
 class ReferenceSetPublic(_Out):
     """A stored reference set (published at-scale results)."""
 

@@ -21,6 +21,7 @@ from normfree.cli._studies import (
     board,
     counts_line,
     db_option,
+    exit_if_failed,
     open_store,
     run_driver,
     settings_for,
@@ -113,8 +114,12 @@ def _create_and_maybe_run(
             from normfree.cli._generate_report import print_report
 
             print_report(r["generate"])
+        if "search" in r:
+            print_search_coverage(r["search"])
 
     emit(out, as_json, human)
+    if not detach:
+        exit_if_failed(study_id, out["run"]["status"], out["leaderboard"], as_json)
 
 
 common = [
@@ -412,6 +417,19 @@ def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:
     return {} if report is None else {kind: report}
 
 
+def print_search_coverage(cov: dict[str, Any]) -> None:
+    """A search's functions for people: repeats answered from storage, and what was never tried."""
+    if cov.get("repeats"):
+        click.echo(f"{cov['repeats']} repeated asks answered from stored results (not retrained)")
+    for f in cov["functions"]:
+        if f["status"] != "trained":
+            click.echo(
+                f"  {f['function']}: {f['status']}" + (f" ({f['reason']})" if f["reason"] else "")
+            )
+    if not cov["never_tried"]:
+        click.echo(f"every one of the {len(cov['functions'])} functions named was tried")
+
+
 def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
     found = store.repo.get_study(study_id)
     if found is None:
@@ -440,8 +458,11 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
             from normfree.cli._generate_report import print_report
 
             print_report(r["generate"])
+        if "search" in r:
+            print_search_coverage(r["search"])
 
     emit(out, as_json, human)
+    exit_if_failed(study_id, out["status"], out["leaderboard"], as_json)
 
 
 def _status_table(p: dict[str, Any]) -> Any:

@@ -141,6 +141,7 @@ def leaderboard(
         direction=direction,
         filters={k: v for k, v in filters.items() if v},
         fidelity=fid,
+        caveats=_caveats(proxy, out, objective),
         rows=out,
     )
 
@@ -152,6 +153,14 @@ def public_failure(found: Mapping[str, Any] | None) -> S.ArmFailure | None:
     return S.ArmFailure(
         reason=public_error(found["reason"]) or "", count=found["count"], failed=found["failed"]
     )
+
+
+def _caveats(proxy: str, rows: list[S.LeaderboardRow], objective: str | None) -> S.BoardCaveats:
+    """The caveats of the rows shown (``fidelity.caveats.board_caveats``)."""
+    from normfree.fidelity.caveats import board_caveats
+
+    plain = [{"label": r.candidate, "n": r.n, "mean": r.mean, "objective": objective} for r in rows]
+    return S.BoardCaveats(**board_caveats(proxy, plain))
 
 
 def _known_proxy(proxy: str) -> bool:

@@ -7,15 +7,19 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
-from normfree.api.services.candidates import _resolve_cached
+from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
-from normfree.specs import BASELINES, StudySpec
+from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
+from normfree.storage.tokens import Principal
+
+if TYPE_CHECKING:
+    from normfree.search_space.resolver import Stored
 
 log = logging.getLogger(__name__)
 
@@ -76,61 +80,38 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def validate_study(data: S.StudyCreate) -> StudySpec:
-    """Check a study request against the registries before anything is written (-> 422)."""
+def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySpec:
+    """Check a study request whole before anything is written (-> 422 with every problem):
+    the one validation the CLI and ``driver.create_study`` use too (``workers.validation``),
+    plus the API's size limit. ``stored``: the stored candidates a study may name; the
+    returned spec has them baked in."""
     from normfree.workers import kinds
-    from normfree.workers.proxies import PROXIES
+    from normfree.workers.validation import study_problems
 
     try:
         spec = StudySpec.model_validate(data.model_dump())
     except Exception as exc:
         raise ApiError(422, "invalid_study", str(exc)) from None
-    kind = kinds.get(data.kind)
-    problems: list[str] = []
-    if data.proxy not in PROXIES:
-        problems.append(f"proxy: unknown {data.proxy!r}; choose from {sorted(PROXIES)}")
-    problems += kind.problems(spec)
-    for fn in data.functions:
-        if _resolve_cached(fn) is None and fn not in BASELINES:
-            problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
-    allowed_params = kinds.param_names()
-    unknown = sorted(set(data.params) - allowed_params)
-    if unknown:
-        problems.append(f"params: unknown {unknown}; allowed: {sorted(allowed_params)}")
-    if data.proxy in PROXIES and data.options:
-        from normfree.workers.scheduling import NORM_OPTIONS
-
-        allowed = set(NORM_OPTIONS) | set(PROXIES[data.proxy].config_fields())
-        bad = sorted(set(data.options) - allowed)
-        if bad:
-            problems.append(f"options: unknown {bad}; allowed for {data.proxy}: {sorted(allowed)}")
-    for b in data.baselines:
-        if b not in BASELINES:
-            problems.append(f"baselines: {b!r} is not one of {list(BASELINES)}")
-    if data.transform and data.functions and data.values and not problems:
-        from normfree.workers.scheduling import transform_call
-
-        call = transform_call(data.transform, data.functions[0], data.values[0])
-        if _resolve_cached(call) is None:
-            problems.append(f"transform: {data.transform!r} is not a known transform ({call})")
-    n_trials = 0
+    problems, spec = study_problems(spec, stored)
     if not problems:
-        try:
-            kind.validate(spec)  # generate: its options and constraints
-            n_trials = kind.trial_count(spec)
-        except (ValueError, KeyError) as exc:
-            problems.append(f"params: {exc}")
-    if n_trials > 2000:
-        problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
+        n_trials = kinds.get(spec.kind).trial_count(spec)
+        if n_trials > 2000:
+            problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
     if problems:
         raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
     return spec
 
 
-def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
-    spec = validate_study(data)
+def create_study(
+    state: ServiceState, data: S.StudyCreate, owner: Principal | None = None
+) -> S.StudyPublic:
+    """Validate, estimate and create a study owned by ``owner`` (the creating token), then hand
+    it to the runner."""
     from normfree.workers.cost import check_study
     from normfree.workers.driver import create_study as engine_create_study
+    from normfree.workers.validation import stored_names
+
+    spec = validate_study(data, stored_names(state.repo))
 
     try:
         estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
@@ -138,7 +119,12 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
         problems = str(exc).split("; ")
         raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
     try:
-        study_id = engine_create_study(spec, settings=state.settings)
+        study_id = engine_create_study(
+            spec,
+            settings=state.settings,
+            validated=True,
+            owner_token_id=owner.id if owner else None,
+        )
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
@@ -220,6 +206,13 @@ def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any
     return None if report is None else finite(report)
 
 
+def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The kind's report under the StudyDetail field named after the kind (generate, search)."""
+    if report is None or kind not in S.StudyDetail.model_fields:
+        return {}
+    return {kind: report}
+
+
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
     """What a study's summary shows depends on, read cheaply; plus the row and the counts.
 
@@ -287,7 +280,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
-        generate=generate,
+        **_kind_fields(row["kind"], generate),
         cells=cells,
         trials=listed,
     )
@@ -328,8 +321,8 @@ def list_study_trials(
     after = 0
     if cursor:
         try:
-            after = int(cursor)
-        except ValueError:
+            after = db_int(cursor, "cursor")
+        except ApiError:
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
     with state.db.read() as conn:
         rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
@@ -337,13 +330,24 @@ def list_study_trials(
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
-def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
+def control_study(
+    state: ServiceState, study_id: int, action: str, who: Principal | None = None
+) -> S.StudyPublic:
     """Pause, resume or cancel through the one state machine (``workers.lifecycle``).
 
-    Resuming a study that this process has no driver for (left pending or running by a stopped
-    server, or failed) restarts one: the driver requeues trials whose leases expired.
+    ``who``: the requesting token; 403 unless it created the study or is an admin token (None:
+    an internal caller, not checked). Resuming a study that this process has no driver for
+    (left pending or running by a stopped server, or failed) restarts one: the driver requeues
+    trials whose leases expired.
     """
+    from normfree.api.deps import require_owner
     from normfree.workers import lifecycle
+
+    if who is not None:
+        row = state.repo.get_study(study_id)
+        if row is None:
+            raise not_found("study", study_id)
+        require_owner(who, row.get("owner_token_id"), f"study {study_id}")
 
     restart = state.runner is not None and not state.runner.is_active(study_id)
     try:

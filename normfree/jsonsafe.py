@@ -45,3 +45,16 @@ def plain(obj: Any) -> Any:
     if is_dataclass(obj) and not isinstance(obj, type):
         return asdict(obj)
     return obj
+
+
+def readable_mapping(obj: Any, what: str, unreadable: list[str]) -> dict[str, Any] | None:
+    """``obj`` as a dict if it is a mapping; else None, with ``what`` added to ``unreadable``.
+
+    Why: a JSON column of a row corrupted by hand or by a crash reads as None (text that is not
+    JSON, ``storage.db.tolerant_json_loads``) or as JSON of the wrong shape (a string, a list);
+    an answer built from it would fail whole (a 500). The API shows such a field as null and
+    names it in the answer's ``unreadable`` list instead."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    unreadable.append(what)
+    return None

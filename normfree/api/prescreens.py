@@ -21,6 +21,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from pydantic import ValidationError
+
 from normfree.api import schemas as S
 from normfree.api import services
 
@@ -87,10 +89,22 @@ def _store(state: services.ServiceState, name: str, result: S.PrescreenPublic) -
         log.warning("could not store the prescreen of %s", name, exc_info=True)
 
 
-def status(state: services.ServiceState, stored: dict[str, Any] | None, fingerprint: str | None):
-    """What a candidate's page shows: its stored prescreen, this process's, or "pending"."""
+def status(
+    state: services.ServiceState,
+    stored: dict[str, Any] | None,
+    fingerprint: str | None,
+    unreadable: list[str] | None = None,
+):
+    """What a candidate's page shows: its stored prescreen, this process's, or "pending".
+
+    A stored prescreen that is not one (a corrupt row) is skipped, named in ``unreadable``."""
     if stored and stored.get("prescreen"):
-        return S.PrescreenPublic.model_validate(stored["prescreen"])
+        try:
+            return S.PrescreenPublic.model_validate(stored["prescreen"])
+        except ValidationError:
+            log.warning("candidate %s: stored prescreen unreadable", stored.get("name"))
+            if unreadable is not None:
+                unreadable.append("prescreen")
     known = services.cached_prescreen(fingerprint)
     if known is not None:
         return known

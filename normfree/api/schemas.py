@@ -84,6 +84,10 @@ class CandidatePublic(_Out):
     source: Literal["catalog", "user"] = "catalog"
     submitter: str | None = None
     created_at: datetime | None = None
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown empty.",
+    )
 
 
 class CandidateSubmitted(CandidatePublic):
@@ -152,6 +156,10 @@ class LeaderboardRow(_Out):
     vs_layernorm: dict[str, Any] | None = Field(
         default=None, description="Paired difference to LayerNorm on the same seeds (mean, CI)."
     )
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown as null.",
+    )
 
 
 class FidelitySummary(_Out):
@@ -208,6 +216,10 @@ class LeaderboardPublic(_Out):
         default=None, description="Calibration, provisional ranking, arms ending near chance."
     )
     rows: list[LeaderboardRow]
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Parts that could not be built from stored data (e.g. ``fidelity``): null.",
+    )
 
 
 # ---------------------------------------------------------------------------------------- studies
@@ -330,8 +342,12 @@ class TrialSummary(_Out):
     seed: int
     status: str
     attempt: int = 0
-    axis_values: dict[str, Any] = Field(default_factory=dict)
+    axis_values: dict[str, Any] | None = Field(default_factory=dict)
     objective_value: float | None = None
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown as null.",
+    )
 
 
 class TrialPage(_Out):
@@ -406,12 +422,12 @@ class TrialPublic(_Out):
     seed: int
     status: str
     attempt: int = 0
-    axis_values: dict[str, Any] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)
+    axis_values: dict[str, Any] | None = Field(default_factory=dict)
+    config: dict[str, Any] | None = Field(default_factory=dict)
     objective: str | None = None
     direction: str | None = None
     objective_value: float | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] | None = Field(default_factory=dict)
     eval_train_loss: float | None = None
     diverged_at_step: int | None = None
     spike_step: int | None = Field(
@@ -429,6 +445,10 @@ class TrialPublic(_Out):
     finished_at: datetime | None = None
     curves: list[CurvePoint] = Field(default_factory=list)
     diagnostics: list[LayerDiagnosticPublic] = Field(default_factory=list)
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown as null.",
+    )
 
 
 # ----------------------------------------------------------------------------------------- health

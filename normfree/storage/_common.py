@@ -191,7 +191,22 @@ def _trial_dict(
         "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at),
     }
+    # NOT NULL JSON columns: None is text that was not JSON (``db.tolerant_json_loads``)
+    lost = [f for f in ("axis_values", "metrics", "config") if getattr(row, f) is None]
     if details:
+        curves = row.curves if curves is None else curves
+        diagnostics = row.diagnostics if diagnostics is None else diagnostics
+        # shown empty and named, so that the trial's page and JSON say what they could not read
+        unreadable = lost + [
+            f"curve metrics (epoch {m.epoch})" for m in curves if m.metrics is None
+        ]
+        unreadable += [
+            f"diagnostic extras (epoch {d.epoch}, {d.layer})"
+            for d in diagnostics
+            if d.extra is None
+        ]
+        if unreadable:
+            out["unreadable"] = unreadable
         out["curves"] = [
             {
                 "epoch": m.epoch,
@@ -202,7 +217,7 @@ def _trial_dict(
                 "lr": m.lr,
                 "wall_time_s": m.wall_time,
             }
-            for m in (row.curves if curves is None else curves)
+            for m in curves
         ]
         out["diagnostics"] = [
             {
@@ -211,7 +226,7 @@ def _trial_dict(
                 **{f: getattr(d, f) for f in DIAGNOSTIC_FIELDS},
                 "extra": d.extra or {},
             }
-            for d in (row.diagnostics if diagnostics is None else diagnostics)
+            for d in diagnostics
         ]
     return out
 

@@ -54,6 +54,9 @@ class Arm:
     n_pruned: int
     by_seed: dict[int, float] = field(default_factory=dict)
     study_ids: list[int] = field(default_factory=list)
+    # stored fields that could not be read (a corrupt summary row): read as empty, and named on
+    # the arm's row so the API says what it could not show instead of failing the whole board
+    unreadable: list[str] = field(default_factory=list)
 
 
 def arm_text(function: str, value: Any = None, options: Mapping[str, Any] | None = None) -> str:
@@ -211,23 +214,47 @@ def pairing_from_trials(
 # -- inputs from the arm summaries --------------------------------------------------------------
 
 
+def _readable_seeds(seeds: Any) -> dict[int, float] | None:
+    """A summary's ``{"seed": [value, order]}`` as {seed: value}; None when it is not that."""
+    try:
+        return {int(s): float(v[0]) for s, v in seeds.items()}
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
 def _arm_from_summary(row: Any) -> Arm:
     m = row._mapping if hasattr(row, "_mapping") else row
+    unreadable: list[str] = []  # NOT NULL JSON columns: None is text that was not JSON
+
+    def mapping(name: str) -> dict[str, Any]:
+        value = m[name]
+        if isinstance(value, Mapping):
+            return dict(value)
+        unreadable.append(name)
+        return {}
+
+    by_seed = _readable_seeds(m["seeds"])
+    if by_seed is None:
+        unreadable.append("seeds")
+    study_ids = m["study_ids"]
+    if not isinstance(study_ids, list):
+        unreadable.append("study_ids")
     return Arm(
         arm_key=m["arm_key"],
         candidate=m["candidate"],
         context_key=m["context_key"],
-        norm=m["norm"] or {},
-        axis_values=m["axis_values"] or {},
-        overrides=m["overrides"] or {},
+        norm=mapping("norm"),
+        axis_values=mapping("axis_values"),
+        overrides=mapping("overrides"),
         objective=m["objective"],
         direction=m["direction"],
         n_trials=m["n_trials"],
         n_diverged=m["n_diverged"],
         n_failed=m["n_failed"],
         n_pruned=m["n_pruned"],
-        by_seed={int(s): float(v[0]) for s, v in (m["seeds"] or {}).items()},
-        study_ids=list(m["study_ids"] or []),
+        by_seed=by_seed or {},
+        study_ids=study_ids if isinstance(study_ids, list) else [],
+        unreadable=unreadable,
     )
 
 
@@ -278,7 +305,8 @@ def candidate_info(session: Any, names: Iterable[str]) -> dict[str, tuple[Any, d
     q = sa.select(CandidateRow.name, CandidateRow.group, CandidateRow.properties)
     for chunk in _chunks(sorted(set(names)), 500):
         for name, group, props in session.execute(q.where(CandidateRow.name.in_(chunk))):
-            out[name] = (group, props or {})
+            # properties that are not a mapping (a corrupt row) read as unknown: None
+            out[name] = (group, props if isinstance(props, Mapping) else None)
     return out
 
 
@@ -319,6 +347,7 @@ def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
         into.n_failed += arm.n_failed
         into.n_pruned += arm.n_pruned
         into.study_ids = sorted({*into.study_ids, *arm.study_ids})
+        into.unreadable = [*into.unreadable, *arm.unreadable]
     return list(merged.values())
 
 
@@ -344,7 +373,7 @@ def rank(
             cprops = {}
         if group is not None and cgroup != group:
             continue
-        if properties and not props_match(cprops, properties):
+        if properties and not props_match(cprops or {}, properties):
             continue
         seeds = sorted(arm.by_seed)
         values = tuple(arm.by_seed[s] for s in seeds)
@@ -372,7 +401,7 @@ def rank(
                 "axis_values": arm.axis_values,
                 "overrides": arm.overrides,
                 "group": cgroup,
-                "properties": cprops,
+                "properties": cprops if cprops is not None else {},
                 "objective": metric or arm.objective,
                 "direction": arm_dir,
                 "n": summary.n,
@@ -389,6 +418,7 @@ def rank(
                 "seeds": seeds,
                 "vs_layernorm": vs_ln,
                 "study_ids": list(arm.study_ids),
+                "unreadable": [*arm.unreadable, *(["properties"] if cprops is None else [])],
                 "_values": values,
                 "_summary": summary,
             }

@@ -124,11 +124,14 @@ def get_candidate(
     Names that must be parsed are rate-limited per anonymous client (429, see api.security)."""
     security.limit_costly_name(request, name)
     cand, pub = services.get_candidate_object(state, name)
+    unreadable = list(pub.unreadable)
+    stored = state.repo.get_candidate(pub.name)
+    prescreen = prescreens.status(state, stored, pub.fingerprint, unreadable)
     return CandidateDetail(
-        **pub.model_dump(),
+        **{**pub.model_dump(), "unreadable": unreadable},
         plot=services.candidate_plot(cand),
         results=reads.candidate_results(state, pub.name, pub.fingerprint),
-        prescreen=prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
+        prescreen=prescreen,
     )
 
 

@@ -148,6 +148,17 @@ async def page_leaderboard(
                 ),
                 None,
             )
+            if board is not None and "fidelity" in board.unreadable:
+                parts.note(
+                    "Could not show the fidelity line (the details are in the server log); "
+                    "the ranking is below."
+                )
+            damaged = [r.candidate for r in board.rows if r.unreadable] if board else []
+            if damaged:
+                parts.note(
+                    f"Could not read part of the stored results of {', '.join(damaged)}; "
+                    "those fields are shown empty."
+                )
             if board is not None and any(r.ranked for r in board.rows):
                 rows = [r.model_dump() for r in board.rows if r.ranked]
                 figure = parts.build(
@@ -249,11 +260,16 @@ def page_candidate(
         lambda: reads.candidate_results(state, pub.name, pub.fingerprint),
         [],
     )
+    unreadable = list(pub.unreadable)
     prescreen = parts.build(
         "its prescreen",
-        lambda: prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
+        lambda: prescreens.status(
+            state, state.repo.get_candidate(pub.name), pub.fingerprint, unreadable
+        ),
         None,
     )
+    for what in unreadable:
+        parts.note(f"Could not read this candidate's stored {what}; it is shown empty.")
     return _render(
         request,
         "candidate.html",
@@ -386,6 +402,8 @@ def _trial_page(request: Request, stored: dict[str, Any]) -> cache.Cached:
     )
     if trial is None:  # what is left without them (a corrupt curve or diagnostic)
         trial = services.trial_public({**stored, "curves": [], "diagnostics": []})
+    for what in trial.unreadable:
+        parts.note(f"Could not read this trial's stored {what}; it is shown empty.")
     curves = [c.model_dump() for c in trial.curves]
     diags = [d.model_dump() for d in trial.diagnostics]
     figures = []

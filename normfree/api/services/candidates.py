@@ -18,7 +18,7 @@ from typing import Any
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
 from normfree.api.services.state import ServiceState
-from normfree.jsonsafe import finite, plain
+from normfree.jsonsafe import finite, plain, readable_mapping
 from normfree.specs import RESERVED_NAMES, is_reserved_name
 from normfree.storage.candidates import CandidateConflict
 from normfree.storage.protocols import CandidateStore
@@ -125,6 +125,7 @@ def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
             d["description"] = None
     else:
         d, stored = candidate_dict(c), {}
+    unreadable: list[str] = []  # a corrupt stored row: the field shown empty, and named
     return S.CandidatePublic(
         name=d["name"],
         formula=d.get("formula"),
@@ -133,9 +134,10 @@ def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
         group=d.get("group"),
         citation=d.get("citation") or None,
         description=d.get("description") or None,
-        properties=d.get("properties") or {},
-        lineage=d.get("lineage") or {},
+        properties=readable_mapping(d.get("properties") or {}, "properties", unreadable) or {},
+        lineage=readable_mapping(d.get("lineage") or {}, "lineage", unreadable) or {},
         source=source,  # type: ignore[arg-type]
+        unreadable=unreadable,
         **stored,
     )
 

@@ -123,18 +123,12 @@ def leaderboard(
                 indistinguishable=bool(r.get("indistinguishable_from_best", True)),
                 p_vs_best=r.get("p_vs_best"),
                 vs_layernorm=r.get("vs_layernorm"),
+                unreadable=r.get("unreadable") or [],
             )
         )
     filters = {"group": group, "property": properties or [], "study_id": study_id}
-    from normfree.api import fidelity
-
-    fid = (
-        fidelity.summary(state, study_id=study_id)
-        if study_id is not None
-        else fidelity.summary(state, proxy=proxy)
-        if _known_proxy(proxy)
-        else None
-    )
+    unreadable: list[str] = []
+    fid = _fidelity_line(state, proxy, study_id, unreadable)
     return S.LeaderboardPublic(
         proxy=proxy,
         objective=objective,
@@ -143,7 +137,29 @@ def leaderboard(
         fidelity=fid,
         caveats=_caveats(proxy, out, objective),
         rows=out,
+        unreadable=unreadable,
     )
+
+
+def _fidelity_line(
+    state: ServiceState, proxy: str, study_id: int | None, unreadable: list[str]
+) -> S.FidelitySummary | None:
+    """The board's fidelity line, or None (with ``fidelity`` named in ``unreadable`` and the
+    exception logged under a reference) when it cannot be built: a line beside the ranking must
+    never cost the ranking (the JSON's rows, the page's table)."""
+    from normfree.api import fidelity
+
+    try:
+        if study_id is not None:
+            return fidelity.summary(state, study_id=study_id)
+        return fidelity.summary(state, proxy=proxy) if _known_proxy(proxy) else None
+    except Exception:
+        from normfree.workers.errors import new_reference
+
+        log.exception("leaderboard %s: could not build the fidelity line [ref %s]", proxy,
+                      new_reference())  # fmt: skip
+        unreadable.append("fidelity")
+        return None
 
 
 def public_failure(found: Mapping[str, Any] | None) -> S.ArmFailure | None:

@@ -13,7 +13,7 @@ from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
 from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
-from normfree.jsonsafe import finite
+from normfree.jsonsafe import finite, readable_mapping
 from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
@@ -237,10 +237,11 @@ def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], 
 
 def _study_cells(
     state: ServiceState, key: Any, row: Mapping[str, Any]
-) -> tuple[list[S.StudyCell], Any, Any, Any]:
-    """(cells, objective, direction, generate report) of a study, built once per ``key``."""
+) -> tuple[list[S.StudyCell], Any, Any, Any, list[str]]:
+    """(cells, objective, direction, generate report, what could not be read) of a study,
+    built once per ``key``."""
 
-    def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
+    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str]]:
         from normfree.storage import reads
 
         fields = (
@@ -253,6 +254,7 @@ def _study_cells(
             # the build
             trials = reads.study_trial_rows(conn, row["id"], fields)
         spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
+        unreadable = _unreadable_axes(trials)
         cells, objective, direction = _cells(trials, spec)
         if objective is None:
             try:
@@ -262,17 +264,34 @@ def _study_cells(
             except Exception:  # unknown proxy in an old study: leave the objective unnamed
                 pass
         generate = _kind_report(state, row["kind"], row["id"])
-        return cells, objective, direction, generate
+        return cells, objective, direction, generate, unreadable
 
     return state.cache.get_or_build((("study-cells", row["id"]), key), build)
+
+
+def _unreadable_axes(trials: list[dict[str, Any]]) -> list[str]:
+    """Trials whose stored axis values are not a mapping (corrupt rows) read as having none
+    (each then is a cell of its function alone); named, so the study says what it could not
+    read instead of failing whole."""
+    bad = [t["id"] for t in trials if not isinstance(t.get("axis_values"), Mapping)]
+    for t in trials:
+        if not isinstance(t.get("axis_values"), Mapping):
+            t["axis_values"] = {}
+    if not bad:
+        return []
+    shown = ", ".join(str(i) for i in bad[:5]) + (
+        f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    )
+    return [f"axis_values (trial{'s' if len(bad) > 1 else ''} {shown})"]
 
 
 def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.StudyDetail:
     """A study with progress and cells; ``trials`` adds every trial (use the paged list at scale:
     ``list_study_trials``)."""
     key, row, counts = study_key(state, study_id)
-    cells, objective, direction, generate = _study_cells(state, key, row)
+    cells, objective, direction, generate, unreadable = _study_cells(state, key, row)
     pub = _study_public(state, row, counts)
+    pub = pub.model_copy(update={"unreadable": [*pub.unreadable, *unreadable]})
     listed: list[S.TrialSummary] = []
     if trials:
         from normfree.storage import reads
@@ -298,14 +317,17 @@ def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
 
 
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
+    unreadable: list[str] = []  # axis_values is NOT NULL: None is text that was not JSON
+    axes = readable_mapping(t.get("axis_values"), "axis_values", unreadable)
     return S.TrialSummary(
         id=t["id"],
         candidate=t["candidate"],
         seed=t["seed"],
         status=t["status"],
         attempt=t.get("attempt", 0),
-        axis_values=t.get("axis_values") or {},
+        axis_values=axes,
         objective_value=t.get("value"),
+        unreadable=unreadable,
     )
 
 

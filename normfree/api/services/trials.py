@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from normfree.api import schemas as S
-from normfree.jsonsafe import finite
+from normfree.jsonsafe import finite, readable_mapping
 
 log = logging.getLogger(__name__)
 
@@ -15,6 +17,17 @@ def trial_public(t: dict, *, private: bool = False) -> S.TrialPublic:
     from normfree.workers.errors import public_error, public_worker
 
     t = finite(t)
+    unreadable = list(t.get("unreadable") or [])
+    for field in ("axis_values", "config", "metrics"):
+        if field in unreadable:  # not JSON at all: null, named once
+            t[field] = None
+        else:
+            t[field] = readable_mapping(t.get(field), field, unreadable)
+    t["curves"] = _readable_points(t.get("curves"), "metrics", "curve metrics", unreadable)
+    t["diagnostics"] = _readable_points(
+        t.get("diagnostics"), "extra", "diagnostic extras", unreadable
+    )
+    t["unreadable"] = unreadable
     if not private:
         t["error"] = public_error(t.get("error"), t.get("worker"))
         t["worker"] = public_worker(t.get("worker"))
@@ -23,3 +36,28 @@ def trial_public(t: dict, *, private: bool = False) -> S.TrialPublic:
         objective_value=t.get("value"),
         curves=t.get("curves") or [],
     )
+
+
+def _readable_points(
+    points: Any, field: str, what: str, unreadable: list[str]
+) -> list[dict[str, Any]]:
+    """Curve points (or diagnostics) whose ``field`` is a mapping as stored; a point whose
+    ``field`` is JSON of another shape keeps its other values, that field shown empty and
+    named in ``unreadable`` (one corrupt epoch must not cost the trial its curves)."""
+    if not isinstance(points, list):
+        if points:
+            unreadable.append(what)
+        return []
+    out = []
+    for p in points:
+        if not isinstance(p, Mapping):
+            unreadable.append(what)
+            continue
+        if not isinstance(p.get(field), Mapping):
+            where = f"epoch {p.get('epoch')}"
+            if p.get("layer") is not None:
+                where += f", {p.get('layer')}"
+            unreadable.append(f"{what} ({where})")
+            p = {**p, field: {}}
+        out.append(p)
+    return out

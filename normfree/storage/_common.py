@@ -133,12 +133,18 @@ def _columns(row: Any, names: str) -> dict[str, Any]:
 
 
 def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
-    return {
+    out = {
         **_columns(row, "id name formula canonical fingerprint lineage group citation submitter"),
         "properties": row.properties or {},
         "created_at": _iso(row.created_at),
         "prescreen": row.prescreen,
     }
+    # NOT NULL JSON columns: None is text that was not JSON (``db.tolerant_json_loads``); named
+    # so that the API can say it could not read them (``api.services.candidates``)
+    lost = [f for f in ("properties", "lineage") if getattr(row, f) is None]
+    if lost:
+        out["unreadable"] = lost
+    return out
 
 
 def _study_dict(row: StudyRow) -> dict[str, Any]:

@@ -125,7 +125,13 @@ def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
             d["description"] = None
     else:
         d, stored = candidate_dict(c), {}
-    unreadable: list[str] = []  # a corrupt stored row: the field shown empty, and named
+    # a corrupt stored row (a NOT NULL JSON column read as None, or not a mapping): the field
+    # shown empty, and named
+    unreadable: list[str] = list(d.get("unreadable") or [])
+    if "properties" in unreadable:
+        d["properties"] = {}
+    if "lineage" in unreadable:
+        d["lineage"] = {}
     return S.CandidatePublic(
         name=d["name"],
         formula=d.get("formula"),
@@ -134,8 +140,8 @@ def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
         group=d.get("group"),
         citation=d.get("citation") or None,
         description=d.get("description") or None,
-        properties=readable_mapping(d.get("properties") or {}, "properties", unreadable) or {},
-        lineage=readable_mapping(d.get("lineage") or {}, "lineage", unreadable) or {},
+        properties=readable_mapping(d.get("properties", {}), "properties", unreadable) or {},
+        lineage=readable_mapping(d.get("lineage", {}), "lineage", unreadable) or {},
         source=source,  # type: ignore[arg-type]
         unreadable=unreadable,
         **stored,

@@ -132,8 +132,19 @@ def is_baseline(candidate: str, norm: Mapping[str, Any] | None) -> bool:
 def _trial_value(t: Any, metric: str | None) -> float | None:
     if metric is None:
         return t.objective_value
-    v = (t.metrics or {}).get(metric)
+    metrics = t.metrics if isinstance(t.metrics, Mapping) else {}  # corrupt: no value
+    v = metrics.get(metric)
     return float(v) if isinstance(v, int | float) else None
+
+
+def _readable(value: Any, name: str, unreadable: list[str]) -> dict[str, Any]:
+    """A stored JSON mapping of an arm, or {} with ``name`` added to ``unreadable``: these
+    columns are NOT NULL, so None is text that was not JSON (``db.tolerant_json_loads``), and
+    another shape is a corrupt row. The arm keeps its place on the board, the field named."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    unreadable.append(name)
+    return {}
 
 
 def _by_finish(t: Any) -> tuple[datetime, int]:
@@ -171,14 +182,17 @@ def arms_from_trials(trials: Sequence[Any], metric: str | None = None) -> list[A
             if v is not None:
                 by_seed[t.seed] = v
         dirs = [t.direction for t in ts if t.direction]
+        unreadable: list[str] = []
+        config = _readable(first.config, "config", unreadable)
+        overrides = config.get("overrides") or {}
         arms.append(
             Arm(
                 arm_key=key,
                 candidate=first.candidate,
                 context_key=first.context_key,
-                norm=first.norm or {},
-                axis_values=first.axis_values or {},
-                overrides=dict(first.config or {}).get("overrides") or {},
+                norm=_readable(first.norm, "norm", unreadable),
+                axis_values=_readable(first.axis_values, "axis_values", unreadable),
+                overrides=_readable(overrides, "overrides", unreadable),
                 objective=metric or next((t.objective for t in ts if t.objective), None),
                 direction=dirs[-1] if dirs else None,
                 n_trials=len(ts),
@@ -187,6 +201,7 @@ def arms_from_trials(trials: Sequence[Any], metric: str | None = None) -> list[A
                 n_pruned=sum(t.status == "PRUNED" for t in ts),
                 by_seed=by_seed,
                 study_ids=sorted({t.study_id for t in ts}),
+                unreadable=unreadable,
             )
         )
     return arms
@@ -224,14 +239,10 @@ def _readable_seeds(seeds: Any) -> dict[int, float] | None:
 
 def _arm_from_summary(row: Any) -> Arm:
     m = row._mapping if hasattr(row, "_mapping") else row
-    unreadable: list[str] = []  # NOT NULL JSON columns: None is text that was not JSON
+    unreadable: list[str] = []
 
     def mapping(name: str) -> dict[str, Any]:
-        value = m[name]
-        if isinstance(value, Mapping):
-            return dict(value)
-        unreadable.append(name)
-        return {}
+        return _readable(m[name], name, unreadable)
 
     by_seed = _readable_seeds(m["seeds"])
     if by_seed is None:

@@ -57,7 +57,7 @@ def _first_trial(api: Api, sid: int) -> int:
 @pytest.mark.parametrize("bad", [NOT_JSON, NOT_A_MAPPING, "[1]"])
 def test_trial_fields(api: Api, sid: int, bad: str) -> None:
     tid = _first_trial(api, sid)
-    for column in ("axis_values", "config", "metrics"):
+    for column in ("axis_values", "config", "metrics", "norm"):
         _exec(api, f"UPDATE trials SET {column} = :v WHERE id = :i", v=bad, i=tid)
     t = _ok(api, f"/api/trials/{tid}")
     assert sorted(t["unreadable"]) == ["axis_values", "config", "metrics"]
@@ -74,6 +74,11 @@ def test_trial_fields(api: Api, sid: int, bad: str) -> None:
     assert next(t for t in page if t["id"] == tid)["unreadable"] == ["axis_values"]
     summary = _ok(api, f"/api/studies/{sid}?trials=false")
     assert summary["unreadable"] == detail["unreadable"]
+    # a study's board is built from its trials (not the arm summaries): the arm stays, named
+    board = _ok(api, f"/api/leaderboards/{PROXY}?study_id={sid}")
+    rows = {r["function"]: r for r in board["rows"]}
+    assert sorted(rows["erf"]["unreadable"]) == ["axis_values", "config", "norm"]
+    assert rows["erf"]["ranked"] and rows["mine"]["unreadable"] == []
 
 
 @pytest.mark.parametrize("bad", [NOT_JSON, "[1, 2]"])

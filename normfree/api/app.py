@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from normfree import __version__
-from normfree.api import errors, fastlane, security
+from normfree.api import budget, errors, fastlane, offload, security
 from normfree.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,8 @@ def create_app(
             from normfree.storage.async_reads import AsyncTrialDocuments
 
             state.trial_documents = AsyncTrialDocuments(state.db.url, size=settings.quick_threads)
+        if freeze_heap:  # a server process: its parse workers start now, not on first use
+            app.state.offload.start()
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
@@ -123,6 +125,7 @@ def create_app(
                 await lane.aclose()
             if state.trial_documents is not None:
                 await state.trial_documents.aclose()
+            app.state.offload.close()
             state.close()
 
     app = FastAPI(
@@ -146,6 +149,10 @@ def create_app(
     # Outermost: the headers reach every answer, the body limit's 413 included.
     app.add_middleware(security.SecurityHeadersMiddleware)
     app.state.parse_limiter = security.RateLimiter(settings.anonymous_parses_per_minute)
+    app.state.token_budget = budget.TokenBudget(settings.max_token_trial_seconds)
+    app.state.offload = offload.OffloadPool(
+        settings.offload_workers, settings.offload_seconds, settings.offload_queue_per_client
+    )
     # Outside even the security headers: it replays answers as they were finally sent.
     lane = fastlane.generation_for(state.db.url) if settings.fast_lane else None
     app.add_middleware(

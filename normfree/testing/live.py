@@ -41,8 +41,11 @@ def run_cli(args: list[str], database_url: str, **extra: str) -> subprocess.Comp
 
 
 @contextmanager
-def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterator[str]:
-    """Start ``normfree serve`` on a free loopback port; yield its printed URL; stop it."""
+def live_server(
+    database_url: str, *args: str, timeout: float = 90.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Start ``normfree serve`` on a free loopback port; yield its printed URL; stop it.
+    ``env``: extra environment variables of the server (settings)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -56,7 +59,7 @@ def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterato
             "warning",
             *args,
         ],
-        env=cli_env(database_url),
+        env=cli_env(database_url, **(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

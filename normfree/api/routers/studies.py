@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, reads, services
+from normfree.api import budget, cache, offload, reads, security, services
 from normfree.api.deps import IdPath, Reader, StateDep, Writer
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
@@ -26,12 +26,43 @@ _CONTROL = {
 }
 
 
-@router.post("", response_model=StudyPublic, status_code=201, responses=_AUTH)
-def create_study(data: StudyCreate, state: StateDep, _who: Writer) -> StudyPublic:
+@router.post(
+    "",
+    response_model=StudyPublic,
+    status_code=201,
+    responses={
+        429: {"model": ErrorBody, "description": "Over the token's budget of trial-seconds."},
+        **_AUTH,
+    },
+)
+async def create_study(
+    request: Request, data: StudyCreate, state: StateDep, who: Writer
+) -> StudyPublic:
     """Create a property study, an options study or a function search (the options of
     ``normfree study ...``). Its trials are planned now; it runs in the background (the answer
-    does not wait), and ``GET /api/studies/{id}`` shows its progress."""
-    return services.create_study(state, data)
+    does not wait), and ``GET /api/studies/{id}`` shows its progress.
+
+    The check (formula parses, the plan's cost) and the planning run in a worker process; a
+    study that would take the token's unfinished studies over its budget of trial-seconds
+    answers 429 with Retry-After and the figures (api.budget)."""
+    pool, client = offload.pool(request), security.client_id(request)
+    settings = state.settings
+    spec, estimate = await pool.call(
+        client, "normfree.api.services.studies:check_request", settings, data, what="the study"
+    )
+    ledger: budget.TokenBudget = request.app.state.token_budget
+    async with ledger.lock(who):
+        await run_in_threadpool(ledger.check, state, who, estimate.trial_seconds)
+        study_id = await pool.call(
+            client,
+            "normfree.api.services.studies:plan",
+            settings,
+            spec,
+            what="the study's plan",
+            seconds=max(settings.offload_seconds, 120.0),
+        )
+        ledger.charge(who, study_id, estimate.trial_seconds)
+    return await run_in_threadpool(services.created, state, study_id, estimate)
 
 
 @router.get("", response_model=StudyList)

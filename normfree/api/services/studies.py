@@ -14,6 +14,7 @@ from normfree.api.errors import ApiError, not_found
 from normfree.api.services.candidates import _resolve_cached
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
+from normfree.settings import Settings
 from normfree.specs import BASELINES, StudySpec
 from normfree.storage.protocols import RepositoryLike
 
@@ -125,21 +126,42 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
 
 
 def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
+    """Validate, estimate, plan and start a study, all in this process (the REST route does the
+    same in steps: :func:`check_request` and :func:`plan` in a worker process, the token's
+    budget and :func:`created` here)."""
+    spec, estimate = check_request(state.settings, data)
+    return created(state, plan(state.settings, spec), estimate)
+
+
+def check_request(settings: Settings, data: S.StudyCreate) -> tuple[StudySpec, Any]:
+    """The request against the registries and the cost budget (formula parses, the trial
+    plan): the spec and its estimate, or a 422 with every problem. Pure (a worker runs it)."""
     spec = validate_study(data)
     from normfree.workers.cost import check_study
-    from normfree.workers.driver import create_study as engine_create_study
 
     try:
-        estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
+        estimate = check_study(spec, settings)  # params, overrides, dataset, cost budget
     except ValueError as exc:
         problems = str(exc).split("; ")
         raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
+    return spec, estimate
+
+
+def plan(settings: Settings, spec: StudySpec) -> int:
+    """Write the study and its planned trials (and its Optuna study); its id. In a worker
+    process for the REST route: planning 2,000 trials is seconds of the GIL."""
+    from normfree.workers.driver import create_study as engine_create_study
+
     try:
-        study_id = engine_create_study(spec, settings=state.settings)
+        return engine_create_study(spec, settings=settings)
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
         raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
+
+
+def created(state: ServiceState, study_id: int, estimate: Any) -> S.StudyPublic:
+    """A planned study handed to the runner, as its public row with the estimate."""
     if state.runner is not None:
         state.runner.submit(study_id)
     row = state.repo.get_study(study_id)

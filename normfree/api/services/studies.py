@@ -115,7 +115,8 @@ def validate_study(data: S.StudyCreate) -> StudySpec:
     if not problems:
         try:
             kind.validate(spec)  # generate: its options and constraints
-            n_trials = kind.trial_count(spec)
+            # the most it may run: a search's extra seeds for its top arms included
+            n_trials = max(kind.trial_count(spec), kind.budget_trials(spec))
         except (ValueError, KeyError) as exc:
             problems.append(f"params: {exc}")
     if n_trials > 2000:

@@ -16,6 +16,8 @@ How it stays fair and bounded (:class:`OffloadPool`):
   takes the job, never its queueing): a job that takes longer is refused with 422 and the reason,
   and its worker process is killed and replaced (the next job waits for a fresh worker's start,
   not counted against its limit);
+- workers run at a lower CPU priority (``nice`` +10): on a small machine the server's answers
+  to every other client come before a parse;
 - workers start on first use (a test app that never parses never spawns one), import the
   parser once, and exit with the server (or when it dies: their pipe closes).
 
@@ -28,10 +30,12 @@ functions live beside the code they serve (``services.candidates``, ``api.fideli
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import math
 import multiprocessing
+import os
 import threading
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +47,8 @@ from normfree.api.errors import ApiError
 
 log = logging.getLogger(__name__)
 
+# Added to a worker's niceness (lower CPU priority than the server's own process).
+WORKER_NICENESS = 10
 # A worker that has not said "ready" in this long is killed and its job refused with 503.
 _START_SECONDS = 120.0
 # What a worker does before it says ready, so that no job pays for it (against its time
@@ -60,6 +66,10 @@ def _worker_main(conn: Connection) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's to handle
+    # Background work: when parses and the server want the same cores, the server's answers
+    # (every other client's reads) go first.
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
     for target, args in _WARM_UP:
         _run_job(target, args)
     conn.send(("ready",))

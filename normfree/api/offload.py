@@ -70,8 +70,7 @@ def _worker_main(conn: Connection) -> None:
     # (every other client's reads) go first.
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
-    for target, args in _WARM_UP:
-        _run_job(target, args)
+    warm_up()
     conn.send(("ready",))
     while True:
         try:
@@ -79,6 +78,28 @@ def _worker_main(conn: Connection) -> None:
         except (EOFError, OSError):
             return
         conn.send(_run_job(target, args))
+
+
+def warm_up() -> None:
+    """Take :data:`_WARM_UP`'s costs in this process (once: later calls hit the caches)."""
+    for target, args in _WARM_UP:
+        _run_job(target, args)
+
+
+_PRELOADED = False
+
+
+def _context() -> Any:
+    """The forkserver context, its server preloading :mod:`._offload_preload` (the warm-up):
+    it is started once per server process (seconds: the imports and the catalog), and every
+    worker after it, a replacement too, is a fork of it (milliseconds), never of the threaded
+    server itself."""
+    global _PRELOADED
+    ctx = multiprocessing.get_context("forkserver")
+    if not _PRELOADED:
+        ctx.set_forkserver_preload(["normfree.api._offload_preload"])
+        _PRELOADED = True
+    return ctx
 
 
 def _run_job(target: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -114,7 +135,7 @@ class _Slot:
         return None if self.process is None else self.process.pid
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")  # never fork a threaded server with torch
+        ctx = _context()
         parent, child = ctx.Pipe()
         proc = ctx.Process(
             target=_worker_main, args=(child,), name=f"normfree-offload-{self.index}", daemon=True

@@ -78,20 +78,10 @@ async def submit_candidate(
 
     parsed = services.parsed_submission(data.formula, data.name)
     if parsed is None:
-        # a formula this process has not parsed: the token and the name first (no parse for
-        # a refused request), then the parse in a worker process (api.offload), never here
-        def check() -> str:
-            services.check_submission_name(data.name)
-            return check_token(state, token)
-
-        await reads.quick(state, check)
-        parsed = await offload.pool(request).call(
-            security.client_id(request),
-            "normfree.api.services.candidates:parse_submission",
-            data.formula,
-            data.name,
-        )
-        services.remember_parsed(data.formula, data.name, parsed)
+        # a formula this process has not parsed: the token first (no parse for a refused
+        # request), then the parse in a worker process (api.offload), never here
+        await reads.quick(state, check_token, state, token)
+        parsed = await parsed_submission(request, state, data)
 
     def submit() -> CandidateSubmitted:
         # the token's check and the submission in one thread-pool call (each hand-off cost
@@ -147,7 +137,7 @@ async def get_candidate(
 
     Names that must be parsed are rate-limited per anonymous client (429, see api.security)
     and parsed in a worker process (api.offload: 422 past its time limit)."""
-    parsed = await _parsed_name(request, state, name)
+    parsed = await parsed_name(request, state, name)
 
     def answer() -> CandidateDetail:
         if parsed is None:
@@ -175,7 +165,7 @@ async def get_candidate_results(
     """The leaderboard rows of every arm that ran this function, across proxies: arms with
     options (``erf [shift=scalar]``), and other names of the same function (a stored duplicate,
     or a transform that is the identity: ``shift_h(erf, 0)`` is erf)."""
-    parsed = await _parsed_name(request, state, name)
+    parsed = await parsed_name(request, state, name)
 
     def answer() -> list[dict]:
         if parsed is None:
@@ -187,7 +177,7 @@ async def get_candidate_results(
     return await run_in_threadpool(answer)
 
 
-async def _parsed_name(request: Request, state: services.ServiceState, name: str) -> Any:
+async def parsed_name(request: Request, state: services.ServiceState, name: str) -> Any:
     """None for a known name (a lookup, answered in the thread pool); for a name that must be
     parsed, the rate limit (api.security) and then the parse in a worker process."""
     known = await reads.quick(state, security.known_name, request, name)
@@ -197,3 +187,21 @@ async def _parsed_name(request: Request, state: services.ServiceState, name: str
     return await offload.pool(request).call(
         security.client_id(request), "normfree.api.services.candidates:parse_for_read", name
     )
+
+
+async def parsed_submission(
+    request: Request, state: services.ServiceState, data: CandidateCreate
+) -> Any:
+    """A submission's parse (``services.parse_submission``): remembered by this process, else
+    made in a worker process after the name's check (a catalog name is refused unparsed)."""
+    parsed = services.parsed_submission(data.formula, data.name)
+    if parsed is None:
+        await reads.quick(state, services.check_submission_name, data.name)
+        parsed = await offload.pool(request).call(
+            security.client_id(request),
+            "normfree.api.services.candidates:parse_submission",
+            data.formula,
+            data.name,
+        )
+        services.remember_parsed(data.formula, data.name, parsed)
+    return parsed

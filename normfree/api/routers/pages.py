@@ -18,7 +18,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, fidelity, plots, prescreens, reads, security, services
+from normfree.api import cache, fidelity, plots, prescreens, reads, services
 from normfree.api.deps import (
     GroupQuery,
     IdPath,
@@ -29,6 +29,7 @@ from normfree.api.deps import (
     check_token,
 )
 from normfree.api.errors import ApiError, describe_validation
+from normfree.api.routers import candidates
 from normfree.api.schemas import CandidateCreate
 
 router = APIRouter(include_in_schema=False)
@@ -144,25 +145,35 @@ def page_candidates(
 
 
 @router.get("/candidates/{name}", response_class=HTMLResponse, name="page_candidate")
-def page_candidate(
+async def page_candidate(
     request: Request, state: StateDep, _reader: Reader, name: Annotated[str, Path(max_length=300)]
 ) -> Response:
-    """f and f', properties, prescreen (for stored submissions) and results across proxies."""
-    security.limit_costly_name(request, name)
-    cand, pub = services.get_candidate_object(state, name)
-    plot = services.candidate_plot(cand)
-    figure = None
-    if plot is not None:
-        figure = plots.to_div(plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure")
-    results = reads.candidate_results(state, pub.name, pub.fingerprint)
-    return _render(
-        request,
-        "candidate.html",
-        candidate=pub,
-        figure=figure,
-        results=results,
-        prescreen=prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
-    )
+    """f and f', properties, prescreen (for stored submissions) and results across proxies.
+    A name that must be parsed is parsed in a worker process, as for the API's read."""
+    parsed = await candidates.parsed_name(request, state, name)
+
+    def page() -> Response:
+        if parsed is None:
+            cand, pub = services.get_candidate_object(state, name)
+            plot = services.candidate_plot(cand)
+        else:
+            _cand, pub, plot = parsed
+        figure = None
+        if plot is not None:
+            figure = plots.to_div(
+                plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure"
+            )
+        results = reads.candidate_results(state, pub.name, pub.fingerprint)
+        return _render(
+            request,
+            "candidate.html",
+            candidate=pub,
+            figure=figure,
+            results=results,
+            prescreen=prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
+        )
+
+    return await run_in_threadpool(page)
 
 
 @router.get("/studies", response_class=HTMLResponse, name="page_studies")
@@ -309,7 +320,7 @@ def page_submit(request: Request, _reader: Reader) -> Response:
 
 
 @router.post("/submit", response_class=HTMLResponse, name="page_submit_post")
-def page_submit_post(
+async def page_submit_post(
     request: Request,
     state: StateDep,
     name: Annotated[str, Form(max_length=200)] = "",
@@ -320,9 +331,12 @@ def page_submit_post(
     """The form's write: same token rule and same service code as ``POST /api/candidates``."""
     form = {"name": name, "formula": formula, "description": description}
     try:
-        who = check_token(state, token.strip() or None)
         data = CandidateCreate(name=name, formula=formula, description=description.strip() or None)
-        result = services.submit_candidate(state, data, submitter=who)
+        who = await run_in_threadpool(check_token, state, token.strip() or None)
+        parsed = await candidates.parsed_submission(request, state, data)
+        result = await run_in_threadpool(
+            lambda: services.submit_candidate(state, data, submitter=who, parsed=parsed)
+        )
     except ValidationError as exc:
         msg = describe_validation([dict(e) for e in exc.errors()])
         return _render(request, "submit.html", 422, form=form, result=None, error=msg)
@@ -330,17 +344,21 @@ def page_submit_post(
         return _render(
             request, "submit.html", exc.status_code, form=form, result=None, error=exc.message
         )
-    figure = None
-    cand = None
-    with contextlib.suppress(ApiError):
-        cand, _ = services.get_candidate_object(state, result.duplicate_of or result.name)
-    if cand is not None:
-        plot = services.candidate_plot(cand)
-        if plot is not None:
-            figure = plots.to_div(
-                plots.function_figure(plot.u, plot.f, plot.df, result.name), "fn-figure"
-            )
-    status = 201 if result.created else 200
-    return _render(
-        request, "submit.html", status, form={}, result=result, error=None, figure=figure
-    )
+
+    def page() -> Response:
+        figure = None
+        cand = None
+        with contextlib.suppress(ApiError):
+            cand, _ = services.get_candidate_object(state, result.duplicate_of or result.name)
+        if cand is not None:
+            plot = services.candidate_plot(cand)
+            if plot is not None:
+                figure = plots.to_div(
+                    plots.function_figure(plot.u, plot.f, plot.df, result.name), "fn-figure"
+                )
+        status = 201 if result.created else 200
+        return _render(
+            request, "submit.html", status, form={}, result=result, error=None, figure=figure
+        )
+
+    return await run_in_threadpool(page)

@@ -169,6 +169,20 @@ def _catalog_public() -> tuple[S.CandidatePublic, ...]:
 
 
 _PARSE_CACHE_SIZE = 1024
+# A Candidate's dataclass fields (the rest of its __dict__ is cached_property values).
+_FIELDS = frozenset(
+    {
+        "name",
+        "formula",
+        "expr",
+        "derivative",
+        "lineage",
+        "group",
+        "citation",
+        "description",
+        "kinks",
+    }
+)
 
 
 @lru_cache(maxsize=_PARSE_CACHE_SIZE)
@@ -353,7 +367,10 @@ def submit_candidate(
     if data.description:
         from dataclasses import replace
 
-        cand = replace(cand, description=data.description)
+        described = replace(cand, description=data.description)
+        # keep what was computed (properties: seconds of sympy) on the copy
+        described.__dict__.update({k: v for k, v in cand.__dict__.items() if k not in _FIELDS})
+        cand = described
     existing = repo.get_candidate(data.name)
     if existing is not None:
         if existing.get("canonical") == cand.canonical:

@@ -20,7 +20,9 @@ Scalar = bool | int | float | str
 
 # ------------------------------------------------------------------------ statuses (one home)
 # A study's status; ``workers.lifecycle`` holds the transitions people ask for.
-StudyStatus = Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
+# "creating": written first while the engine plans the study (its Optuna study, its trials);
+# a study left there by a crash is removed at the next start (workers.driver.recover_creations).
+StudyStatus = Literal["creating", "pending", "running", "paused", "cancelled", "complete", "failed"]
 STUDY_STATUSES: tuple[StudyStatus, ...] = get_args(StudyStatus)
 # A trial row's status in storage (upper case: a TrialResult's own status is lower case).
 TrialRowStatus = Literal[
@@ -53,6 +55,17 @@ NORM_ALIASES: dict[str, dict[str, Any]] = {
 }
 
 
+# Names a user candidate may not take: training (``kernels.create_norm``, ``parse_norm``) and
+# reference cells read these as the operators above whatever is stored under them, and they read
+# them case-insensitively, so they are compared lower-cased (:func:`is_reserved_name`).
+RESERVED_NAMES: frozenset[str] = frozenset(BASELINES) | frozenset(NORM_ALIASES)
+
+
+def is_reserved_name(name: str) -> bool:
+    """Whether ``name`` means a baseline or a paper alias to the readers of names."""
+    return name.strip().lower() in RESERVED_NAMES
+
+
 def expand_alias(name: str, shift: str = "none", formula: str | None = None) -> tuple[str, str]:
     """(function name, shift) behind a paper alias; other names unchanged. The alias's shift
     applies unless one was set (``derf`` is erf with a scalar shift, ``derf`` + per-channel is
@@ -78,8 +91,10 @@ class NormSpec(_Frozen):
     """What goes into every norm slot of a proxy.
 
     ``name`` is a baseline (``layernorm``, ``rmsnorm``, ``identity``), a catalog name (``erf``), a
-    transform call (``shift_h(erf, 0.5)``) or a stored user candidate's name. ``formula`` is set
-    for a user formula that is not (yet) in the catalog; it is then parsed by ``search_space``.
+    transform call (``shift_h(erf, 0.5)``), a formula or a stored user candidate's name (nested
+    in transforms too). ``formula`` is set when ``name`` alone needs a database: a user formula,
+    or the definition of a text naming stored candidates (each replaced by its formula,
+    ``shift_h(1.5*u/(1+abs(u)), 0.5)``); ``search_space.resolver`` builds it, named ``name``.
     """
 
     name: str
@@ -231,3 +246,7 @@ class StudySpec(_Frozen):
     n_trials: int | None = None
     extra_seeds_for_top: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
+    # Stored user candidates the study names, baked at creation (name -> formula text) by
+    # ``workers.validation``: every trial's NormSpec carries its function's definition, so a
+    # worker builds it with no database (``search_space.resolver``).
+    definitions: dict[str, str] = Field(default_factory=dict)

@@ -7,10 +7,9 @@ study's must stay under ``NORMFREE_MAX_TOKEN_TRIAL_SECONDS``. Over it, creation 
 with ``Retry-After`` and the figures (in use, asked, limit), so ten big studies from one token
 in a row are accepted until the budget is spent and the later ones refused.
 
-Which studies are a token's: this process's ledger of the studies each token created through
-the API (token name -> study id -> estimate). A study created before a restart or by another
-server process is not charged (the ledger is per process); ownership stored on the study row
-(issue 28 point 3) is where it should come from once it exists.
+Which studies are a token's: those it owns (``studies.owner_token_id``, issue 28 point 3),
+read from storage at each creation, so the budget holds across restarts and server processes.
+Each study's estimate is recomputed from its stored spec (pure; remembered per study id).
 """
 
 from __future__ import annotations
@@ -26,39 +25,52 @@ ACTIVE = ("pending", "running", "paused")
 
 
 class TokenBudget:
-    """The ledger and its check (see the module docstring)."""
+    """The check (see the module docstring)."""
 
     def __init__(self, limit: float) -> None:
         self.limit = limit
-        self._studies: dict[str, dict[int, float]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._estimates: dict[int, float] = {}
+        self._locks: dict[int | None, asyncio.Lock] = {}
         self._mutex = threading.Lock()
 
-    def lock(self, token: str) -> asyncio.Lock:
+    def lock(self, owner: int | None) -> asyncio.Lock:
         """Held around check-then-create, so two parallel creations cannot both fit."""
-        return self._locks.setdefault(token, asyncio.Lock())
+        return self._locks.setdefault(owner, asyncio.Lock())
 
-    def in_use(self, state: Any, token: str) -> float:
-        """Trial-seconds the token's unfinished studies may still spend (blocking: reads)."""
+    def _estimate(self, state: Any, row: dict[str, Any]) -> float:
+        with self._mutex:
+            hit = self._estimates.get(row["id"])
+        if hit is None:
+            from normfree.specs import StudySpec
+            from normfree.workers.cost import estimate
+
+            try:
+                hit = estimate(StudySpec.model_validate(row["spec"]), state.settings).trial_seconds
+            except Exception:  # a spec this code cannot read any more costs nothing here
+                hit = 0.0
+            with self._mutex:
+                self._estimates[row["id"]] = hit
+        return hit
+
+    def in_use(self, state: Any, owner: int | None) -> float:
+        """Trial-seconds the owner's unfinished studies may still spend (blocking: reads)."""
         from normfree.api.services.studies import _progress
 
-        with self._mutex:
-            studies = dict(self._studies.get(token, {}))
+        if owner is None:
+            return 0.0
         used = 0.0
-        for study_id, seconds in studies.items():
-            row = state.repo.get_study(study_id)
-            if row is None or row["status"] not in ACTIVE:
-                with self._mutex:
-                    self._studies.get(token, {}).pop(study_id, None)
-                continue
-            progress = _progress(state.repo, study_id)
-            left = 1.0 - progress.fraction if progress.total else 1.0
-            used += seconds * left
+        for status in ACTIVE:
+            for row in state.repo.list_studies(status=status):
+                if row.get("owner_token_id") != owner:
+                    continue
+                progress = _progress(state.repo, row["id"])
+                left = 1.0 - progress.fraction if progress.total else 1.0
+                used += self._estimate(state, row) * left
         return used
 
-    def check(self, state: Any, token: str, seconds: float) -> None:
-        """429 when ``seconds`` more would take the token over its limit (blocking: reads)."""
-        used = self.in_use(state, token)
+    def check(self, state: Any, owner: int | None, seconds: float) -> None:
+        """429 when ``seconds`` more would take the owner over its limit (blocking: reads)."""
+        used = self.in_use(state, owner)
         if used + seconds <= self.limit:
             return
         excess = used + seconds - self.limit
@@ -76,10 +88,6 @@ class TokenBudget:
             },
             headers={"Retry-After": str(min(86_400, max(1, math.ceil(excess))))},
         )
-
-    def charge(self, token: str, study_id: int, seconds: float) -> None:
-        with self._mutex:
-            self._studies.setdefault(token, {})[study_id] = seconds
 
 
 __all__ = ["ACTIVE", "TokenBudget"]

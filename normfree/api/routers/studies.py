@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import budget, cache, offload, reads, security, services
-from normfree.api.deps import IdPath, Reader, StateDep, Writer
+from normfree.api.deps import IdPath, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
 from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
@@ -17,12 +17,17 @@ router = APIRouter(prefix="/studies", tags=["studies"])
 
 _AUTH = {
     401: {"model": ErrorBody, "description": "No bearer token."},
-    403: {"model": ErrorBody, "description": "Unknown or revoked token."},
+    403: {"model": ErrorBody, "description": "Unknown, revoked or read-only token."},
 }
 _CONTROL = {
     404: {"model": ErrorBody},
     409: {"model": ErrorBody, "description": "Not allowed from the study's status."},
     **_AUTH,
+    403: {
+        "model": ErrorBody,
+        "description": "Unknown, revoked or read-only token, or a study of another token "
+        "(only its creator or an admin token may control it).",
+    },
 }
 
 
@@ -36,11 +41,12 @@ _CONTROL = {
     },
 )
 async def create_study(
-    request: Request, data: StudyCreate, state: StateDep, who: Writer
+    request: Request, data: StudyCreate, state: StateDep, who: WritePrincipal
 ) -> StudyPublic:
     """Create a property study, an options study or a function search (the options of
     ``normfree study ...``). Its trials are planned now; it runs in the background (the answer
-    does not wait), and ``GET /api/studies/{id}`` shows its progress.
+    does not wait), and ``GET /api/studies/{id}`` shows its progress. The study belongs to
+    the token that created it: only it (or an admin token) may pause, resume or cancel it.
 
     The check (formula parses, the plan's cost) and the planning run in a worker process; a
     study that would take the token's unfinished studies over its budget of trial-seconds
@@ -51,17 +57,17 @@ async def create_study(
         client, "normfree.api.services.studies:check_request", settings, data, what="the study"
     )
     ledger: budget.TokenBudget = request.app.state.token_budget
-    async with ledger.lock(who):
-        await run_in_threadpool(ledger.check, state, who, estimate.trial_seconds)
+    async with ledger.lock(who.id):
+        await run_in_threadpool(ledger.check, state, who.id, estimate.trial_seconds)
         study_id = await pool.call(
             client,
             "normfree.api.services.studies:plan",
             settings,
             spec,
+            who.id,
             what="the study's plan",
             seconds=max(settings.offload_seconds, 120.0),
         )
-        ledger.charge(who, study_id, estimate.trial_seconds)
     return await run_in_threadpool(services.created, state, study_id, estimate)
 
 
@@ -129,8 +135,8 @@ def list_study_trials(
 
 
 def _control(action: str):
-    def route(state: StateDep, _who: Writer, study_id: IdPath) -> StudyPublic:
-        return services.control_study(state, study_id, action)
+    def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyPublic:
+        return services.control_study(state, study_id, action, who)
 
     route.__name__ = f"{action}_study"
     route.__doc__ = {

@@ -7,16 +7,20 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
-from normfree.api.services.candidates import _resolve_cached
+from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 from normfree.settings import Settings
-from normfree.specs import BASELINES, StudySpec
+from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
+from normfree.storage.tokens import Principal
+
+if TYPE_CHECKING:
+    from normfree.search_space.resolver import Stored
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +54,16 @@ def _progress(
 def _study_public(
     state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
 ) -> S.StudyPublic:
+    spec = row["spec"]
+    unreadable = [] if isinstance(spec, Mapping) else ["spec"]  # corrupt: shown empty, named
     return S.StudyPublic(
         id=row["id"],
         kind=row["kind"],
         name=row.get("name"),
         proxy=row["proxy"],
         status=row["status"],
-        spec=row["spec"],
+        spec=spec if isinstance(spec, Mapping) else {},
+        unreadable=unreadable,
         created_at=row.get("created_at"),
         updated_at=row.get("updated_at"),
         progress=_progress(state.repo, row["id"], counts),
@@ -74,72 +81,60 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def validate_study(data: S.StudyCreate) -> StudySpec:
-    """Check a study request against the registries before anything is written (-> 422)."""
+def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySpec:
+    """Check a study request whole before anything is written (-> 422 with every problem):
+    the one validation the CLI and ``driver.create_study`` use too (``workers.validation``),
+    plus the API's size limit. ``stored``: the stored candidates a study may name; the
+    returned spec has them baked in."""
     from normfree.workers import kinds
-    from normfree.workers.proxies import PROXIES
+    from normfree.workers.validation import study_problems
 
     try:
         spec = StudySpec.model_validate(data.model_dump())
     except Exception as exc:
         raise ApiError(422, "invalid_study", str(exc)) from None
-    kind = kinds.get(data.kind)
-    problems: list[str] = []
-    if data.proxy not in PROXIES:
-        problems.append(f"proxy: unknown {data.proxy!r}; choose from {sorted(PROXIES)}")
-    problems += kind.problems(spec)
-    for fn in data.functions:
-        if _resolve_cached(fn) is None and fn not in BASELINES:
-            problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
-    allowed_params = kinds.param_names()
-    unknown = sorted(set(data.params) - allowed_params)
-    if unknown:
-        problems.append(f"params: unknown {unknown}; allowed: {sorted(allowed_params)}")
-    if data.proxy in PROXIES and data.options:
-        from normfree.workers.scheduling import NORM_OPTIONS
-
-        allowed = set(NORM_OPTIONS) | set(PROXIES[data.proxy].config_fields())
-        bad = sorted(set(data.options) - allowed)
-        if bad:
-            problems.append(f"options: unknown {bad}; allowed for {data.proxy}: {sorted(allowed)}")
-    for b in data.baselines:
-        if b not in BASELINES:
-            problems.append(f"baselines: {b!r} is not one of {list(BASELINES)}")
-    if data.transform and data.functions and data.values and not problems:
-        from normfree.workers.scheduling import transform_call
-
-        call = transform_call(data.transform, data.functions[0], data.values[0])
-        if _resolve_cached(call) is None:
-            problems.append(f"transform: {data.transform!r} is not a known transform ({call})")
-    n_trials = 0
+    problems, spec = study_problems(spec, stored)
     if not problems:
-        try:
-            kind.validate(spec)  # generate: its options and constraints
-            # the most it may run: a search's extra seeds for its top arms included
+        kind = kinds.get(spec.kind)
+        try:  # the most it may run: a search's extra seeds for its top arms included
             n_trials = max(kind.trial_count(spec), kind.budget_trials(spec))
         except (ValueError, KeyError) as exc:
             problems.append(f"params: {exc}")
-    if n_trials > 2000:
-        problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
+            n_trials = 0
+        if n_trials > 2000:
+            problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
     if problems:
         raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
     return spec
 
 
-def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
-    """Validate, estimate, plan and start a study, all in this process (the REST route does the
-    same in steps: :func:`check_request` and :func:`plan` in a worker process, the token's
-    budget and :func:`created` here)."""
-    spec, estimate = check_request(state.settings, data)
-    return created(state, plan(state.settings, spec), estimate)
+def create_study(
+    state: ServiceState, data: S.StudyCreate, owner: Principal | None = None
+) -> S.StudyPublic:
+    """Validate, estimate and create a study owned by ``owner`` (the creating token), then hand
+    it to the runner; all in this process (the REST route does the same in steps:
+    :func:`check_request` and :func:`plan` in a worker process, the token's budget and
+    :func:`created` here)."""
+    from normfree.workers.validation import stored_names
+
+    spec, estimate = _checked(state.settings, data, stored_names(state.repo))
+    study_id = plan(state.settings, spec, owner.id if owner else None)
+    return created(state, study_id, estimate)
 
 
 def check_request(settings: Settings, data: S.StudyCreate) -> tuple[StudySpec, Any]:
-    """The request against the registries and the cost budget (formula parses, the trial
-    plan): the spec and its estimate, or a 422 with every problem. Pure (a worker runs it)."""
-    spec = validate_study(data)
+    """In a worker process: the request against the registries, the stored candidates it
+    names and the cost budget (formula parses, the trial plan): the spec and its estimate, or
+    a 422 with every problem."""
+    from normfree.workers.validation import stored_names
+
+    return _checked(settings, data, stored_names(_worker_repo(settings)))
+
+
+def _checked(settings: Settings, data: S.StudyCreate, stored: Stored) -> tuple[StudySpec, Any]:
     from normfree.workers.cost import check_study
 
+    spec = validate_study(data, stored)
     try:
         estimate = check_study(spec, settings)  # params, overrides, dataset, cost budget
     except ValueError as exc:
@@ -148,13 +143,29 @@ def check_request(settings: Settings, data: S.StudyCreate) -> tuple[StudySpec, A
     return spec, estimate
 
 
-def plan(settings: Settings, spec: StudySpec) -> int:
-    """Write the study and its planned trials (and its Optuna study); its id. In a worker
-    process for the REST route: planning 2,000 trials is seconds of the GIL."""
+_WORKER_REPOS: dict[str, RepositoryLike] = {}
+
+
+def _worker_repo(settings: Settings) -> RepositoryLike:
+    """A worker process's repository over the server's database (one per URL, kept)."""
+    from normfree.api.services.state import open_repository
+
+    repo = _WORKER_REPOS.get(settings.database_url)
+    if repo is None:
+        repo = _WORKER_REPOS[settings.database_url] = open_repository(settings, migrate=False)
+    return repo
+
+
+def plan(settings: Settings, spec: StudySpec, owner_token_id: int | None = None) -> int:
+    """Write the study (owned by ``owner_token_id``), its planned trials and its Optuna study;
+    its id. In a worker process for the REST route: planning 2,000 trials is seconds of the
+    GIL."""
     from normfree.workers.driver import create_study as engine_create_study
 
     try:
-        return engine_create_study(spec, settings=settings)
+        return engine_create_study(
+            spec, settings=settings, validated=True, owner_token_id=owner_token_id
+        )
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
@@ -184,7 +195,8 @@ def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
-    from normfree.storage import stats
+    from normfree.api.services.leaderboards import public_failure
+    from normfree.storage import failures, stats
     from normfree.storage.leaderboard import arm_text
 
     transform = spec.get("transform")
@@ -217,7 +229,9 @@ def _cells(
                 baseline=baseline,
                 n=summ.n,
                 n_diverged=sum(t["status"] == "DIVERGED" for t in ts),
+                n_failed=sum(t["status"] == "FAILED" for t in ts),
                 n_total=len(ts),
+                failure=public_failure(failures.most_common(ts)),
                 mean=summ.mean,
                 std=summ.std,
                 ci_low=summ.low,
@@ -235,6 +249,13 @@ def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any
 
     report = kinds.get(kind).report(state.store, study_id)
     return None if report is None else finite(report)
+
+
+def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The kind's report under the StudyDetail field named after the kind (generate, search)."""
+    if report is None or kind not in S.StudyDetail.model_fields:
+        return {}
+    return {kind: report}
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
@@ -263,13 +284,17 @@ def _study_cells(
     def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
         from normfree.storage import reads
 
-        fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
+        fields = (
+            "candidate", "status", "axis_values", "objective", "direction", "value", "error",
+            "failure",
+        )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
             # and _cells keeps only finite axis values; walking 1,000 rows cost a third of
             # the build
             trials = reads.study_trial_rows(conn, row["id"], fields)
-        cells, objective, direction = _cells(trials, row["spec"])
+        spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
+        cells, objective, direction = _cells(trials, spec)
         if objective is None:
             try:
                 from normfree.workers.scheduling import objective_of
@@ -300,10 +325,17 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
-        generate=generate,
+        **_kind_fields(row["kind"], generate),
         cells=cells,
         trials=listed,
     )
+
+
+def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
+    """The study, its status and progress without its cells: what a page still shows when the
+    cells cannot be built from its stored trials."""
+    _key, row, counts = study_key(state, study_id)
+    return S.StudyDetail(**_study_public(state, row, counts).model_dump(), cells=[], trials=[])
 
 
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
@@ -334,8 +366,8 @@ def list_study_trials(
     after = 0
     if cursor:
         try:
-            after = int(cursor)
-        except ValueError:
+            after = db_int(cursor, "cursor")
+        except ApiError:
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
     with state.db.read() as conn:
         rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
@@ -343,13 +375,24 @@ def list_study_trials(
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
-def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
+def control_study(
+    state: ServiceState, study_id: int, action: str, who: Principal | None = None
+) -> S.StudyPublic:
     """Pause, resume or cancel through the one state machine (``workers.lifecycle``).
 
-    Resuming a study that this process has no driver for (left pending or running by a stopped
-    server, or failed) restarts one: the driver requeues trials whose leases expired.
+    ``who``: the requesting token; 403 unless it created the study or is an admin token (None:
+    an internal caller, not checked). Resuming a study that this process has no driver for
+    (left pending or running by a stopped server, or failed) restarts one: the driver requeues
+    trials whose leases expired.
     """
+    from normfree.api.deps import require_owner
     from normfree.workers import lifecycle
+
+    if who is not None:
+        row = state.repo.get_study(study_id)
+        if row is None:
+            raise not_found("study", study_id)
+        require_owner(who, row.get("owner_token_id"), f"study {study_id}")
 
     restart = state.runner is not None and not state.runner.is_active(study_id)
     try:

@@ -101,9 +101,7 @@ def parse_reference(
         raise ApiError(422, "invalid_reference", f"reference set refused: {exc}"[:4000]) from None
 
 
-def store_reference(
-    state: Any, ref: Any, *, who: Principal, replace: bool
-) -> S.ReferenceSetPublic:
+def store_reference(state: Any, ref: Any, *, who: Principal, replace: bool) -> S.ReferenceSetPublic:
     """Store a parsed set owned by ``who``; 409 when the name exists and ``replace`` is off,
     403 when replacing another token's set without an admin token."""
     try:

@@ -113,9 +113,7 @@ async def import_reference(
         source,
         what="the reference set",
     )
-    return await run_in_threadpool(
-        fidelity.store_reference, state, ref, who=who, replace=replace
-    )
+    return await run_in_threadpool(fidelity.store_reference, state, ref, who=who, replace=replace)
 
 
 @router.delete(

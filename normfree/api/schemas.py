@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from normfree.specs import StudyKind
 
+# Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
 
 
@@ -105,10 +106,29 @@ class CandidateList(_Out):
 # ---------------------------------------------------------------------------------- leaderboards
 
 
+class ArmFailure(_Out):
+    """Why an arm's seeds failed: its most common reason (``storage.failures``)."""
+
+    reason: str = Field(description="The most common reason, e.g. 'diverged: loss not finite'.")
+    count: int = Field(description="Trials of the arm that failed for this reason.")
+    failed: int = Field(description="Trials of the arm that failed or diverged, for any reason.")
+
+
 class LeaderboardRow(_Out):
     """One arm (a candidate under one proxy) aggregated over seeds."""
 
-    rank: int
+    rank: int | None = Field(
+        description="1 = best; None for an arm with no completed seed (listed last, unranked)."
+    )
+    ranked: bool = Field(
+        default=True, description="False: no seed completed, so the arm is not ranked."
+    )
+    unranked_reason: str | None = Field(
+        default=None, description="Why an unranked arm has no value (its failures, or pruning)."
+    )
+    failure: ArmFailure | None = Field(
+        default=None, description="The arm's most common failure, when any seed failed."
+    )
     candidate: str = Field(description="The arm's label: the function, and its options if any.")
     function: str | None = Field(
         default=None, description="The function the arm ran (its norm name, without options)."
@@ -272,6 +292,10 @@ class StudyPublic(_Out):
     running_in_background: bool = Field(
         default=False, description="An execution thread of this API process is driving it."
     )
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown empty.",
+    )
     estimate: dict[str, Any] | None = Field(
         default=None,
         description="On creation only: trials, estimated trial-seconds (one core per trial) and "
@@ -289,11 +313,15 @@ class StudyCell(_Out):
     baseline: bool = False
     n: int = 0
     n_diverged: int = 0
+    n_failed: int = 0
     n_total: int = 0
     mean: float | None = None
     std: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    failure: ArmFailure | None = Field(
+        default=None, description="The cell's most common failure, when any seed failed."
+    )
 
 
 class TrialSummary(_Out):
@@ -420,6 +448,13 @@ class Version(_Out):
 
 
 # ------------------------------------------------------------------------------------ references
+
+
+class ReferenceSetDeleted(_Out):
+    """The answer to deleting a reference set."""
+
+    name: str
+    deleted: bool = True
 
 
 class ReferenceSetPublic(_Out):

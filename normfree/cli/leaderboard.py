@@ -23,10 +23,23 @@ def _arm_label(r: dict[str, Any]) -> str:
     return arm_text(r["candidate"], options=row_options(r))
 
 
+def failure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per arm with failed seeds: the most common reason and its count."""
+    out = []
+    for r in rows:
+        f = r.get("failure")
+        if f:
+            out.append(
+                f"{_arm_label(r)}: {f['reason']} ({f['count']} of {r['n_trials']} trials; "
+                f"{f['failed']} failed in all)"
+            )
+    return out
+
+
 def print_leaderboard(rows: list[dict[str, Any]], wide: bool = False) -> None:
-    """The ranked table, fitted to the terminal's width (``shutil.get_terminal_size``; an arm
-    label wraps, nothing is cut); ``wide`` prints every column at full width whatever the
-    terminal (for pipes and files)."""
+    """The ranked arms as a table fitted to the terminal's width (``shutil.get_terminal_size``;
+    an arm label wraps, nothing is cut; ``wide`` prints every column at full width, for pipes and
+    files); arms with no completed seed apart, unranked, with why."""
     import shutil
 
     from rich.console import Console
@@ -36,37 +49,63 @@ def print_leaderboard(rows: list[dict[str, Any]], wide: bool = False) -> None:
     if not rows:
         click.echo("(no finished trials yet)")
         return
-    obj = rows[0].get("objective") or "value"
-    t = Table(title=f"leaderboard: {obj} ({rows[0].get('direction')}), 95% t intervals")
-    for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
-        # counts stay whole; the arm and the intervals wrap (fold) when the terminal is narrow
-        t.add_column(
-            col,
-            no_wrap=col in ("#", "n", "div", "fail"),
-            overflow="fold",
-            min_width=12 if col == "arm" else None,
-        )
-    for r in rows:
-        ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}" if r["mean"] is not None else "-"
-        vs = r.get("vs_layernorm")
-        vs_text = "-"
-        if vs and vs.get("mean_diff") is not None:
-            hw = _fmt(vs.get("ci_half_width"), 2)
-            vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
-        t.add_row(
-            str(r["rank"]),
-            Text(_arm_label(r)),  # plain text: "[alpha0=1.0]" is not rich markup
-            ci,
-            str(r["n"]),
-            str(r["n_diverged"]),
-            str(r["n_failed"]),
-            "yes" if r["indistinguishable_from_best"] else "",
-            vs_text,
-        )
+    ranked = [r for r in rows if r.get("ranked", True)]
+    unranked = [r for r in rows if not r.get("ranked", True)]
     # a table is as wide as its text needs (expand is off): a wide console cuts nothing
     width = 10_000 if wide else max(shutil.get_terminal_size((120, 24)).columns, 60)
-    Console(width=width).print(t)
-    click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+    console = Console(width=width)
+    if ranked:
+        obj = ranked[0].get("objective") or "value"
+        t = Table(title=f"leaderboard: {obj} ({ranked[0].get('direction')}), 95% t intervals")
+        for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
+            # counts stay whole; the arm and the intervals wrap (fold) when the terminal is narrow
+            t.add_column(
+                col,
+                no_wrap=col in ("#", "n", "div", "fail"),
+                overflow="fold",
+                min_width=12 if col == "arm" else None,
+            )
+        for r in ranked:
+            ci = (
+                f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}"
+                if r["mean"] is not None
+                else "-"
+            )
+            vs = r.get("vs_layernorm")
+            vs_text = "-"
+            if vs and vs.get("mean_diff") is not None:
+                hw = _fmt(vs.get("ci_half_width"), 2)
+                vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
+            t.add_row(
+                str(r["rank"]),
+                Text(_arm_label(r)),  # plain text: "[alpha0=1.0]" is not rich markup
+                ci,
+                str(r["n"]),
+                str(r["n_diverged"]),
+                str(r["n_failed"]),
+                "yes" if r["indistinguishable_from_best"] else "",
+                vs_text,
+            )
+        console.print(t)
+        click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+    if unranked:
+        u = Table(title="not ranked: no seed completed")
+        for col in ("arm", "trials", "div", "fail", "why"):
+            u.add_column(col, overflow="fold")
+        for r in unranked:
+            u.add_row(
+                Text(_arm_label(r)),
+                str(r["n_trials"]),
+                str(r["n_diverged"]),
+                str(r["n_failed"]),
+                Text(str(r.get("unranked_reason") or "")),
+            )
+        console.print(u)
+    partial = failure_lines([r for r in ranked if r.get("failure")])
+    if partial:
+        click.echo("failed seeds of ranked arms (ranked on their completed seeds):")
+        for line in partial:
+            click.echo(f"  {line}")
 
 
 @main.command("leaderboard")

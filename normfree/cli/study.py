@@ -21,6 +21,7 @@ from normfree.cli._studies import (
     board,
     counts_line,
     db_option,
+    exit_if_failed,
     open_store,
     run_driver,
     settings_for,
@@ -117,6 +118,8 @@ def _create_and_maybe_run(
             print_search_coverage(r["search"])
 
     emit(out, as_json, human)
+    if not detach:
+        exit_if_failed(study_id, out["run"]["status"], out["leaderboard"], as_json)
 
 
 common = [
@@ -459,6 +462,7 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
             print_search_coverage(r["search"])
 
     emit(out, as_json, human)
+    exit_if_failed(study_id, out["status"], out["leaderboard"], as_json)
 
 
 def _status_table(p: dict[str, Any]) -> Any:

@@ -19,6 +19,8 @@ that two workers could race for are taken with ``SELECT ... FOR UPDATE SKIP LOCK
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +31,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
+
+from normfree.private import private_file
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -101,6 +105,20 @@ def _ping_when_idle(engine: Engine) -> None:
         record.info[_LAST_USED] = time.monotonic()
 
 
+log = logging.getLogger(__name__)
+
+
+def tolerant_json_loads(text: str) -> Any:
+    """Read a JSON column; text that is not JSON (a row corrupted by hand or by a crash, which
+    SQLite's JSON text allows) reads as None with a warning, instead of failing every query
+    that lists the row: the pages show what they can and say what they could not."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        log.warning("a stored JSON value is not JSON and reads as null: %.80r", text)
+        return None
+
+
 class Database:
     """One engine for one database URL, with sessions and migrations.
 
@@ -120,8 +138,11 @@ class Database:
         if self.dialect == "sqlite":
             db = sa_url.database
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+            kwargs["json_deserializer"] = tolerant_json_loads  # JSONB cannot hold non-JSON
             if db and db != ":memory:" and not db.startswith("file:"):
-                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                # 0600 before SQLite opens it (its -wal/-shm take the same mode): token hashes
+                # and private error texts are this user's only (normfree.private)
+                private_file(db)
                 kwargs.update(pooled)  # in-memory databases keep one connection per thread
         else:
             kwargs.update(pooled)
@@ -274,9 +295,16 @@ def _server_url(url: str) -> Any:
 def ensure_database(url: str) -> bool:
     """Create the database ``url`` names if it is a missing PostgreSQL database.
 
-    Returns True when it created one. SQLite files are created on first connect: nothing to do.
+    Returns True when it created one. A missing SQLite file is created empty and 0600 (SQLite
+    would create it 0644 on first connect; Optuna's sibling file goes through here) and the
+    answer stays False: SQLite needs nothing else.
     """
     sa_url = make_url(normalize_url(url))
+    if sa_url.get_backend_name() == "sqlite":
+        db = sa_url.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            private_file(db)
+        return False
     if sa_url.get_backend_name() != "postgresql":
         return False
     name = sa_url.database

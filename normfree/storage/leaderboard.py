@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from normfree.storage import stats
+from normfree.storage import failures, stats
 from normfree.storage.aggregates import FINISHED, order_key
 from normfree.storage.models import ArmResultRow, CandidateRow, TrialRow
 
@@ -395,18 +395,26 @@ def rank(
                 "_summary": summary,
             }
         )
-    rows.sort(key=lambda r: (stats.rank_key(r["_summary"], r["direction"]), r["candidate"]))
-    best_values = rows[0]["_values"] if rows and rows[0]["n"] else None
-    for i, r in enumerate(rows, start=1):
-        r["rank"] = i
-        if best_values is None or not r["_values"]:
-            r["p_vs_best"] = None
-            r["indistinguishable_from_best"] = i == 1 and best_values is not None
-        else:
-            p = 1.0 if i == 1 else _welch(r["_values"], best_values)
-            r["p_vs_best"] = p
-            # stats.indistinguishable, on the p-value already computed
-            r["indistinguishable_from_best"] = i == 1 or p is None or p > alpha
+    # An arm with no completed seed (every seed failed, diverged or was pruned) has no value to
+    # rank: it is listed after the ranked arms, unranked, and never compared with the best.
+    ranked = sorted(
+        (r for r in rows if r["n"]),
+        key=lambda r: (stats.rank_key(r["_summary"], r["direction"]), r["candidate"]),
+    )
+    unranked = sorted((r for r in rows if not r["n"]), key=lambda r: (r["candidate"], r["arm_key"]))
+    best_values = ranked[0]["_values"] if ranked else None
+    for i, r in enumerate(ranked, start=1):
+        r["rank"], r["ranked"] = i, True
+        p = 1.0 if i == 1 else _welch(r["_values"], best_values or ())
+        r["p_vs_best"] = p
+        # stats.indistinguishable, on the p-value already computed
+        r["indistinguishable_from_best"] = i == 1 or p is None or p > alpha
+    for r in unranked:
+        r["rank"], r["ranked"] = None, False
+        r["p_vs_best"] = None
+        r["indistinguishable_from_best"] = False
+    rows = ranked + unranked
+    for r in rows:
         del r["_values"], r["_summary"]
     return rows
 
@@ -441,7 +449,9 @@ def leaderboard(
             pairing = pairing_from_summaries(s, proxy, (a.context_key for a in arms))
         arms = merge_identities(arms)  # before the candidate rows are read: by the plain name
         cands = candidate_info(s, (a.candidate for a in arms))
-    return rank(
+        failed = [a.arm_key for a in arms if a.n_failed or a.n_diverged]
+        reasons = failures.arm_failures(s, proxy, failed, study_id) if failed else {}
+    rows = rank(
         arms,
         pairing,
         cands,
@@ -451,6 +461,10 @@ def leaderboard(
         direction=direction,
         alpha=alpha,
     )
+    for r in rows:
+        r["failure"] = reasons.get(r["arm_key"])
+        r["unranked_reason"] = None if r["ranked"] else failures.unranked_reason(r)
+    return rows
 
 
 def metric_names(db: Any, proxy: str, sample: int = 200) -> list[str]:

@@ -130,6 +130,38 @@ def test_demo_command_evaluates_the_catalog_then_runs_a_study(tmp_path: Path, _r
     assert study["database"].endswith("demo.db")
 
 
+def test_a_study_whose_every_trial_fails_ends_failed_and_exits_non_zero(
+    tmp_path: Path, _ray: None
+) -> None:
+    """Failure looks like failure (issue 24, point 3): a function that diverges at once (loss
+    not finite within a few steps of vit-tiny) trains nothing; the study ends ``failed``, ``study
+    run`` exits 1 and says why per arm, and the leaderboard lists the arm apart, unranked."""
+    from normfree import storage
+    from normfree.settings import Settings
+
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = storage.open(Settings(database_url=db))
+    store.repo.upsert_candidate({"name": "blowup", "formula": "1000000*u"})
+    sid = _json(
+        "study", "options", "--functions", "blowup", "--option", "alpha0=0.5",
+        "--proxy", "vit-tiny", "--seeds", "2", "--epochs", "1", "--baselines", "",
+        "--detach", "--db", db,
+    )["study_id"]  # fmt: skip
+    code, text = _run("study", "run", str(sid), "--db", db, "--json")
+    assert code == 1, text
+    ran = json.loads(text.strip().splitlines()[-1])
+    assert ran["status"] == "failed" and ran["counts"]["COMPLETE"] == 0
+    (row,) = ran["leaderboard"]
+    assert row["rank"] is None and not row["ranked"] and row["failure"]["count"] == 2
+    assert store.repo.get_study(sid)["status"] == "failed"
+    code, out = _run("study", "run", str(sid), "--db", db)  # again: nothing to run, still failed
+    assert code == 1
+    assert f"error: study {sid} failed: no trial completed" in out
+    assert f"  blowup: {row['failure']['reason']} (2 of 2 trials; 2 failed in all)" in out
+    code, out = _run("leaderboard", "--proxy", "vit-tiny", "--study", str(sid), "--db", db)
+    assert code == 0 and "not ranked: no seed completed" in out and "mean ± CI" not in out
+
+
 def test_search_run_says_which_functions_the_budget_never_reached(
     tmp_path: Path, _ray: None
 ) -> None:

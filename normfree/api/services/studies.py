@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
+from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
+from normfree.storage.tokens import Principal
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -51,13 +53,16 @@ def _progress(
 def _study_public(
     state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
 ) -> S.StudyPublic:
+    spec = row["spec"]
+    unreadable = [] if isinstance(spec, Mapping) else ["spec"]  # corrupt: shown empty, named
     return S.StudyPublic(
         id=row["id"],
         kind=row["kind"],
         name=row.get("name"),
         proxy=row["proxy"],
         status=row["status"],
-        spec=row["spec"],
+        spec=spec if isinstance(spec, Mapping) else {},
+        unreadable=unreadable,
         created_at=row.get("created_at"),
         updated_at=row.get("updated_at"),
         progress=_progress(state.repo, row["id"], counts),
@@ -97,7 +102,11 @@ def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySp
     return spec
 
 
-def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
+def create_study(
+    state: ServiceState, data: S.StudyCreate, owner: Principal | None = None
+) -> S.StudyPublic:
+    """Validate, estimate and create a study owned by ``owner`` (the creating token), then hand
+    it to the runner."""
     from normfree.workers.cost import check_study
     from normfree.workers.driver import create_study as engine_create_study
     from normfree.workers.validation import stored_names
@@ -110,7 +119,12 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
         problems = str(exc).split("; ")
         raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
     try:
-        study_id = engine_create_study(spec, settings=state.settings, validated=True)
+        study_id = engine_create_study(
+            spec,
+            settings=state.settings,
+            validated=True,
+            owner_token_id=owner.id if owner else None,
+        )
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
@@ -136,7 +150,8 @@ def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
-    from normfree.storage import stats
+    from normfree.api.services.leaderboards import public_failure
+    from normfree.storage import failures, stats
     from normfree.storage.leaderboard import arm_text
 
     transform = spec.get("transform")
@@ -169,7 +184,9 @@ def _cells(
                 baseline=baseline,
                 n=summ.n,
                 n_diverged=sum(t["status"] == "DIVERGED" for t in ts),
+                n_failed=sum(t["status"] == "FAILED" for t in ts),
                 n_total=len(ts),
+                failure=public_failure(failures.most_common(ts)),
                 mean=summ.mean,
                 std=summ.std,
                 ci_low=summ.low,
@@ -222,13 +239,17 @@ def _study_cells(
     def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
         from normfree.storage import reads
 
-        fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
+        fields = (
+            "candidate", "status", "axis_values", "objective", "direction", "value", "error",
+            "failure",
+        )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
             # and _cells keeps only finite axis values; walking 1,000 rows cost a third of
             # the build
             trials = reads.study_trial_rows(conn, row["id"], fields)
-        cells, objective, direction = _cells(trials, row["spec"])
+        spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
+        cells, objective, direction = _cells(trials, spec)
         if objective is None:
             try:
                 from normfree.workers.scheduling import objective_of
@@ -265,6 +286,13 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
     )
 
 
+def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
+    """The study, its status and progress without its cells: what a page still shows when the
+    cells cannot be built from its stored trials."""
+    _key, row, counts = study_key(state, study_id)
+    return S.StudyDetail(**_study_public(state, row, counts).model_dump(), cells=[], trials=[])
+
+
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
     return S.TrialSummary(
         id=t["id"],
@@ -293,8 +321,8 @@ def list_study_trials(
     after = 0
     if cursor:
         try:
-            after = int(cursor)
-        except ValueError:
+            after = db_int(cursor, "cursor")
+        except ApiError:
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
     with state.db.read() as conn:
         rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
@@ -302,13 +330,24 @@ def list_study_trials(
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
-def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
+def control_study(
+    state: ServiceState, study_id: int, action: str, who: Principal | None = None
+) -> S.StudyPublic:
     """Pause, resume or cancel through the one state machine (``workers.lifecycle``).
 
-    Resuming a study that this process has no driver for (left pending or running by a stopped
-    server, or failed) restarts one: the driver requeues trials whose leases expired.
+    ``who``: the requesting token; 403 unless it created the study or is an admin token (None:
+    an internal caller, not checked). Resuming a study that this process has no driver for
+    (left pending or running by a stopped server, or failed) restarts one: the driver requeues
+    trials whose leases expired.
     """
+    from normfree.api.deps import require_owner
     from normfree.workers import lifecycle
+
+    if who is not None:
+        row = state.repo.get_study(study_id)
+        if row is None:
+            raise not_found("study", study_id)
+        require_owner(who, row.get("owner_token_id"), f"study {study_id}")
 
     restart = state.runner is not None and not state.runner.is_active(study_id)
     try:

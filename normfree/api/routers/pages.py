@@ -445,7 +445,7 @@ def page_fidelity(
         for i, setting in enumerate(report.settings if report else []):
             figures.append(
                 parts.build(
-                    f"the plot of {setting.setting}",
+                    f"the plot of {setting['setting']}",
                     lambda s=setting, i=i: plots.to_div(
                         plots.fidelity_figure(s), f"fidelity-figure-{i}"
                     ),

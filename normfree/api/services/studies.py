@@ -92,11 +92,15 @@ def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySp
         spec = StudySpec.model_validate(data.model_dump())
     except Exception as exc:
         raise ApiError(422, "invalid_study", str(exc)) from None
-    problems, spec = study_problems(spec, stored)
-    if not problems:
+    # the size first: it costs nothing, and a study over it is not worth resolving cell by cell
+    try:
         n_trials = kinds.get(spec.kind).trial_count(spec)
-        if n_trials > 2000:
-            problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
+    except Exception:  # an unknown kind or bad params: the validation below says which
+        n_trials = 0
+    if n_trials > 2000:
+        problem = f"the study has {n_trials} trials; the API's limit is 2000"
+        raise ApiError(422, "invalid_study", problem, {"problems": [problem]})
+    problems, spec = study_problems(spec, stored)
     if problems:
         raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
     return spec

@@ -465,7 +465,7 @@ def page_fidelity(
         for i, setting in enumerate(report.settings if report else []):
             figures.append(
                 parts.build(
-                    f"the plot of {setting.setting}",
+                    f"the plot of setting {i + 1}",
                     lambda s=setting, i=i: plots.to_div(
                         plots.fidelity_figure(s), f"fidelity-figure-{i}"
                     ),

@@ -65,8 +65,12 @@ def serve(
         f"normfree dashboard: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)"
     )
     click.echo(f"database: {settings.database_url}", err=True)
+    # uvicorn's own proxy handling is off: by default it trusts X-Forwarded-For from 127.0.0.1,
+    # which let any local client pick its address (issue 28). The app decides who the client
+    # is, from NORMFREE_TRUSTED_PROXIES (api.security.client_id).
+    proxies = {"proxy_headers": False, "forwarded_allow_ips": ""}
     if app is not None:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, **proxies)
     else:
         uvicorn.run(
             "normfree.api.app:create_worker_app",
@@ -75,6 +79,7 @@ def serve(
             port=port,
             log_level=log_level,
             workers=workers,
+            **proxies,
         )
 
 

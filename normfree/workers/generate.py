@@ -42,6 +42,7 @@ seeded by (study seed, generation), so a crash never changes what a study discov
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ from normfree.workers.evolution import (
     REJECTED,
     GenerateOptions,
     GenerationRecord,
+    GenerationStopped,
     Individual,
     PrescreenFn,
     Seen,
@@ -120,6 +122,8 @@ class GenerativePlanner:
         from normfree.workers.scheduling import objective_of
 
         self.direction = objective_of(spec.proxy)[1]
+        self._checked_at = -1.0
+        self._stop = False
 
     # -- records ------------------------------------------------------------------------------
     def records(self) -> list[GenerationRecord]:
@@ -229,6 +233,21 @@ class GenerativePlanner:
             added = self._materialize(records[-1])
             if added:
                 return added
+        try:
+            return self._plan(records)
+        except GenerationStopped:  # cancelled or paused mid-generation: nothing was decided
+            return 0
+
+    def _stopped(self) -> bool:
+        """Whether the study was paused or cancelled (read at most every half second: a
+        proposal costs a fraction of that, a trial's epoch far more)."""
+        now = time.monotonic()
+        if now - self._checked_at >= 0.5:
+            self._checked_at = now
+            self._stop = self.store.study_status(self.study_id) in ("paused", "cancelled")
+        return self._stop
+
+    def _plan(self, records: list[GenerationRecord]) -> int:
         while len(records) <= self.opts.generations:
             g = len(records)
             seen = self._seen(records)
@@ -244,6 +263,7 @@ class GenerativePlanner:
                     rng=random.Random(f"normfree-generate:{self.opts.sampler_seed}:{g}"),
                     norm_fields=self._norm_fields(),
                     progress=self.progress,
+                    should_stop=self._stopped,
                 )
             self._write(record)  # decisions first: a restart re-inserts, never re-decides
             records.append(record)

@@ -78,8 +78,10 @@ class NormSpec(_Frozen):
     """What goes into every norm slot of a proxy.
 
     ``name`` is a baseline (``layernorm``, ``rmsnorm``, ``identity``), a catalog name (``erf``), a
-    transform call (``shift_h(erf, 0.5)``) or a stored user candidate's name. ``formula`` is set
-    for a user formula that is not (yet) in the catalog; it is then parsed by ``search_space``.
+    transform call (``shift_h(erf, 0.5)``), a formula or a stored user candidate's name (nested
+    in transforms too). ``formula`` is set when ``name`` alone needs a database: a user formula,
+    or the definition of a text naming stored candidates (each replaced by its formula,
+    ``shift_h(1.5*u/(1+abs(u)), 0.5)``); ``search_space.resolver`` builds it, named ``name``.
     """
 
     name: str
@@ -231,3 +233,7 @@ class StudySpec(_Frozen):
     n_trials: int | None = None
     extra_seeds_for_top: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
+    # Stored user candidates the study names, baked at creation (name -> formula text) by
+    # ``workers.validation``: every trial's NormSpec carries its function's definition, so a
+    # worker builds it with no database (``search_space.resolver``).
+    definitions: dict[str, str] = Field(default_factory=dict)

@@ -148,6 +148,8 @@ def summary(
         pairs_agree=s["pairs_agree"],
         pair_agreement=s["pair_agreement"],
         failure_agreement=s["failure_agreement"],
+        calibrated=rep.calibrated,
+        calibration=rep.calibration,
         url=page_url(proxy, study_id, BUILTIN_NAME),
     )
 

@@ -105,10 +105,29 @@ class CandidateList(_Out):
 # ---------------------------------------------------------------------------------- leaderboards
 
 
+class ArmFailure(_Out):
+    """Why an arm's seeds failed: its most common reason (``storage.failures``)."""
+
+    reason: str = Field(description="The most common reason, e.g. 'diverged: loss not finite'.")
+    count: int = Field(description="Trials of the arm that failed for this reason.")
+    failed: int = Field(description="Trials of the arm that failed or diverged, for any reason.")
+
+
 class LeaderboardRow(_Out):
     """One arm (a candidate under one proxy) aggregated over seeds."""
 
-    rank: int
+    rank: int | None = Field(
+        description="1 = best; None for an arm with no completed seed (listed last, unranked)."
+    )
+    ranked: bool = Field(
+        default=True, description="False: no seed completed, so the arm is not ranked."
+    )
+    unranked_reason: str | None = Field(
+        default=None, description="Why an unranked arm has no value (its failures, or pruning)."
+    )
+    failure: ArmFailure | None = Field(
+        default=None, description="The arm's most common failure, when any seed failed."
+    )
     candidate: str = Field(description="The arm's label: the function, and its options if any.")
     function: str | None = Field(
         default=None, description="The function the arm ran (its norm name, without options)."
@@ -138,7 +157,10 @@ class FidelitySummary(_Out):
     """How far a ranking predicts published at-scale results (the full report: /api/fidelity)."""
 
     reference: str = Field(description="The reference set compared with (default: published).")
-    headline: str = Field(description="One line: orders reproduced, mean Spearman, failures.")
+    headline: str = Field(
+        description="One line: orders reproduced, mean Spearman, failures; on a preset without "
+        "a calibration, or over too few cells, it says so instead (normfree.fidelity.caveats)."
+    )
     cells: int = 0
     settings_compared: int = 0
     spearman_mean: float | None = None
@@ -147,7 +169,30 @@ class FidelitySummary(_Out):
     pairs_agree: int = 0
     pair_agreement: float | None = None
     failure_agreement: float | None = None
+    calibrated: bool = Field(
+        default=True,
+        description="Whether the proxy was calibrated against the published results; if not, "
+        "the headline says so and quotes no figure (the report still has them).",
+    )
+    calibration: str | None = Field(default=None, description="Where it was calibrated.")
     url: str = Field(description="The fidelity page of this proxy or study.")
+
+
+class BoardCaveats(_Out):
+    """What a leaderboard says beside its ranking (``normfree.fidelity.caveats``)."""
+
+    calibrated: bool = Field(description="The proxy was calibrated against published results.")
+    calibration: str | None = Field(default=None, description="Where, and what held.")
+    provisional: bool = Field(
+        description="Some ranked arm has fewer than min_seeds completed seeds: the order may move."
+    )
+    min_seeds: int
+    fewest_seeds: int | None = None
+    near_chance: list[str] = Field(
+        default_factory=list,
+        description="Arms whose mean ends near chance: failed to train (failures in fidelity).",
+    )
+    notes: list[str] = Field(default_factory=list, description="Each caveat in words.")
 
 
 class LeaderboardPublic(_Out):
@@ -157,6 +202,9 @@ class LeaderboardPublic(_Out):
     filters: dict[str, Any] = Field(default_factory=dict)
     fidelity: FidelitySummary | None = Field(
         default=None, description="The proxy's fidelity to the built-in published results."
+    )
+    caveats: BoardCaveats | None = Field(
+        default=None, description="Calibration, provisional ranking, arms ending near chance."
     )
     rows: list[LeaderboardRow]
 
@@ -243,6 +291,10 @@ class StudyPublic(_Out):
     running_in_background: bool = Field(
         default=False, description="An execution thread of this API process is driving it."
     )
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown empty.",
+    )
     estimate: dict[str, Any] | None = Field(
         default=None,
         description="On creation only: trials, estimated trial-seconds (one core per trial) and "
@@ -260,11 +312,15 @@ class StudyCell(_Out):
     baseline: bool = False
     n: int = 0
     n_diverged: int = 0
+    n_failed: int = 0
     n_total: int = 0
     mean: float | None = None
     std: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    failure: ArmFailure | None = Field(
+        default=None, description="The cell's most common failure, when any seed failed."
+    )
 
 
 class TrialSummary(_Out):
@@ -294,6 +350,12 @@ class StudyDetail(StudyPublic):
         default=None,
         description="generate studies: proposals per generation and why they were rejected, "
         "lineage of the trained, trial-seconds avoided, and property importance.",
+    )
+    search: dict[str, Any] | None = Field(
+        default=None,
+        description="search studies: every function named, whether it was trained, pruned, "
+        "failed or never tried and why (budget exhausted, pruned), and how many asks were "
+        "answered from stored results instead of training a point again.",
     )
 
 
@@ -427,3 +489,6 @@ class FidelityReport(_Out):
         "intervals over seeds, pairwise orders, failure agreement, scatter data."
     )
     not_compared: list[str] = Field(default_factory=list)
+    calibrated: bool = True
+    calibration: str | None = None
+    caveats: list[str] = Field(default_factory=list)

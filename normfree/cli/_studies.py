@@ -109,3 +109,20 @@ def _run_with_progress(driver: Any) -> Any:
 
         driver.on_progress = progress
         return driver.run()
+
+
+def exit_if_failed(study_id: int, status: str, rows: list[dict[str, Any]], as_json: bool) -> None:
+    """Exit 1 when the study ended ``failed`` (nothing trained: ``workers.lifecycle.outcome``),
+    saying why per arm on stderr (the ``--json`` output already carries the same rows)."""
+    if status != "failed":
+        return
+    import sys
+
+    from normfree.cli.leaderboard import failure_lines
+
+    lines = failure_lines(rows)
+    if not as_json:
+        click.echo(f"error: study {study_id} failed: no trial completed", err=True)
+        for line in lines:
+            click.echo(f"  {line}", err=True)
+    sys.exit(1)

@@ -148,9 +148,20 @@ def demo_study(
         "run": run,
         "leaderboard": board(store, spec.proxy, study_id=study_id),
         "fidelity": _study_fidelity(store, study_id),
+        "caveats": _caveats(spec.proxy, board(store, spec.proxy, study_id=study_id)),
         "database": store.url,
         "optuna_storage": store.optuna_url,
     }
+
+
+def _caveats(proxy: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the demo's board says beside its ranking (two seeds: provisional)."""
+    from normfree.fidelity.caveats import board_caveats
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    return board_caveats(
+        proxy, [{**r, "label": arm_text(r["candidate"], options=row_options(r))} for r in rows]
+    )
 
 
 def _study_fidelity(store: Any, study_id: int) -> dict[str, Any]:
@@ -185,6 +196,8 @@ def print_demo_study(result: dict[str, Any]) -> None:
         f"study {result['study_id']}: {r['status']} in {r['wall_s']} s ({counts_line(r['counts'])})"
     )
     print_leaderboard(result["leaderboard"])
+    for note in (result.get("caveats") or {}).get("notes", []):
+        click.echo(f"caveat: {note}")
     fid = result.get("fidelity")
     if fid:
         click.echo("\nAgainst the published results (science.md section 7):")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from normfree.cli import main
-from normfree.cli._output import emit, json_option
+from normfree.cli._output import emit, fail, json_option
 from normfree.cli._studies import board, db_option, open_store, settings_for
 
 
@@ -23,36 +23,89 @@ def _arm_label(r: dict[str, Any]) -> str:
     return arm_text(r["candidate"], options=row_options(r))
 
 
-def print_leaderboard(rows: list[dict[str, Any]]) -> None:
+def failure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per arm with failed seeds: the most common reason and its count."""
+    out = []
+    for r in rows:
+        f = r.get("failure")
+        if f:
+            out.append(
+                f"{_arm_label(r)}: {f['reason']} ({f['count']} of {r['n_trials']} trials; "
+                f"{f['failed']} failed in all)"
+            )
+    return out
+
+
+def print_leaderboard(rows: list[dict[str, Any]], wide: bool = False) -> None:
+    """The ranked arms as a table fitted to the terminal's width (``shutil.get_terminal_size``;
+    an arm label wraps, nothing is cut; ``wide`` prints every column at full width, for pipes and
+    files); arms with no completed seed apart, unranked, with why."""
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     if not rows:
         click.echo("(no finished trials yet)")
         return
-    obj = rows[0].get("objective") or "value"
-    t = Table(title=f"leaderboard: {obj} ({rows[0].get('direction')}), 95% t intervals")
-    for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
-        t.add_column(col)
-    for r in rows:
-        ci = f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}" if r["mean"] is not None else "-"
-        vs = r.get("vs_layernorm")
-        vs_text = "-"
-        if vs and vs.get("mean_diff") is not None:
-            hw = _fmt(vs.get("ci_half_width"), 2)
-            vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
-        t.add_row(
-            str(r["rank"]),
-            _arm_label(r),
-            ci,
-            str(r["n"]),
-            str(r["n_diverged"]),
-            str(r["n_failed"]),
-            "yes" if r["indistinguishable_from_best"] else "",
-            vs_text,
-        )
-    Console().print(t)
-    click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+    ranked = [r for r in rows if r.get("ranked", True)]
+    unranked = [r for r in rows if not r.get("ranked", True)]
+    # a table is as wide as its text needs (expand is off): a wide console cuts nothing
+    width = 10_000 if wide else max(shutil.get_terminal_size((120, 24)).columns, 60)
+    console = Console(width=width)
+    if ranked:
+        obj = ranked[0].get("objective") or "value"
+        t = Table(title=f"leaderboard: {obj} ({ranked[0].get('direction')}), 95% t intervals")
+        for col in ("#", "arm", "mean ± CI", "n", "div", "fail", "≈best", "vs LayerNorm (paired)"):
+            # counts stay whole; the arm and the intervals wrap (fold) when the terminal is narrow
+            t.add_column(
+                col,
+                no_wrap=col in ("#", "n", "div", "fail"),
+                overflow="fold",
+                min_width=12 if col == "arm" else None,
+            )
+        for r in ranked:
+            ci = (
+                f"{_fmt(r['mean'])} ± {_fmt(r['ci_half_width'], 2)}"
+                if r["mean"] is not None
+                else "-"
+            )
+            vs = r.get("vs_layernorm")
+            vs_text = "-"
+            if vs and vs.get("mean_diff") is not None:
+                hw = _fmt(vs.get("ci_half_width"), 2)
+                vs_text = f"{vs['mean_diff']:+.4f} ± {hw} (n={vs['n_pairs']})"
+            t.add_row(
+                str(r["rank"]),
+                Text(_arm_label(r)),  # plain text: "[alpha0=1.0]" is not rich markup
+                ci,
+                str(r["n"]),
+                str(r["n_diverged"]),
+                str(r["n_failed"]),
+                "yes" if r["indistinguishable_from_best"] else "",
+                vs_text,
+            )
+        console.print(t)
+        click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+    if unranked:
+        u = Table(title="not ranked: no seed completed")
+        for col in ("arm", "trials", "div", "fail", "why"):
+            u.add_column(col, overflow="fold")
+        for r in unranked:
+            u.add_row(
+                Text(_arm_label(r)),
+                str(r["n_trials"]),
+                str(r["n_diverged"]),
+                str(r["n_failed"]),
+                Text(str(r.get("unranked_reason") or "")),
+            )
+        console.print(u)
+    partial = failure_lines([r for r in ranked if r.get("failure")])
+    if partial:
+        click.echo("failed seeds of ranked arms (ranked on their completed seeds):")
+        for line in partial:
+            click.echo(f"  {line}")
 
 
 @main.command("leaderboard")
@@ -60,6 +113,7 @@ def print_leaderboard(rows: list[dict[str, Any]]) -> None:
 @click.option("--study", "study_id", type=int, default=None, help="Only this study's trials.")
 @click.option("--group", default=None, help="Only candidates of this catalog group.")
 @click.option("--metric", default=None, help="Rank by this final metric instead.")
+@click.option("--wide", is_flag=True, help="Print every column whole, whatever the terminal.")
 @db_option
 @json_option
 def leaderboard(
@@ -67,12 +121,16 @@ def leaderboard(
     study_id: int | None,
     group: str | None,
     metric: str | None,
+    wide: bool,
     database_url: str | None,
     as_json: bool,
 ) -> None:
     """Arms ranked over seeds: mean ± CI, n, diverged, ≈best flag, paired diff vs LayerNorm,
-    and, beside the ranking, how far it predicts published results (its fidelity)."""
+    and, beside the ranking, how far it predicts published results (its fidelity).
+
+    An unknown proxy or metric exits 2 with the choices (the nearest first)."""
     store = open_store(settings_for(database_url))
+    _check_choices(store, proxy, metric, as_json)
     rows = board(store, proxy, study_id=study_id, metric=metric)
     if group is not None:  # stored candidates and catalog functions alike, as the API files them
         from normfree.search_space import catalog
@@ -80,14 +138,47 @@ def leaderboard(
 
         rows = in_group(rows, group, catalog.describe)
     fidelity = _fidelity_summary(store, proxy, study_id)
+    from normfree.fidelity.caveats import board_caveats
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    caveats = board_caveats(
+        proxy, [{**r, "label": arm_text(r["candidate"], options=row_options(r))} for r in rows]
+    )
 
     def human(result: dict[str, Any]) -> None:
-        print_leaderboard(result["rows"])
+        print_leaderboard(result["rows"], wide=wide)
         if result["fidelity"]:
             where = f"--study {study_id}" if study_id else f"--proxy {proxy}"
             click.echo(f"{result['fidelity']['headline']}  (normfree fidelity {where})")
+        for note in result["caveats"]["notes"]:
+            click.echo(f"caveat: {note}")
 
-    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity}, as_json, human)
+    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}, as_json, human)
+
+
+def _check_choices(store: Any, proxy: str, metric: str | None, as_json: bool) -> None:
+    """Refuse a proxy neither registered nor in the database, and a metric its trials never
+    reported, naming the choices (an empty table with rc 0 read as "no results")."""
+    from normfree.search_space.resolver import did_you_mean
+    from normfree.storage.leaderboard import metric_names
+    from normfree.workers.proxies import PROXIES
+
+    proxies = sorted({*PROXIES, *store.repo.list_proxies()})
+    if proxy not in proxies:
+        fail(
+            f"unknown proxy {proxy!r}{did_you_mean(proxy, proxies)}; choose from "
+            f"{', '.join(proxies)}",
+            as_json,
+        )
+    if metric is None:
+        return
+    metrics = metric_names(store.repo.db, proxy)
+    if metrics and metric not in metrics:
+        fail(
+            f"unknown metric {metric!r} for {proxy}{did_you_mean(metric, metrics)}; choose from "
+            f"{', '.join(metrics)}",
+            as_json,
+        )
 
 
 def _fidelity_summary(store: Any, proxy: str, study_id: int | None) -> dict[str, Any] | None:
@@ -108,4 +199,10 @@ def _fidelity_summary(store: Any, proxy: str, study_id: int | None) -> dict[str,
             )
     except FidelityError:
         return None
-    return {**rep["summary"], "reference": rep["reference"]["name"], "headline": headline(rep)}
+    return {
+        **rep["summary"],
+        "reference": rep["reference"]["name"],
+        "headline": headline(rep),
+        "calibrated": rep.get("calibrated", True),
+        "calibration": rep.get("calibration"),
+    }

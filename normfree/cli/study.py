@@ -21,6 +21,7 @@ from normfree.cli._studies import (
     board,
     counts_line,
     db_option,
+    exit_if_failed,
     open_store,
     run_driver,
     settings_for,
@@ -29,7 +30,19 @@ from normfree.cli.leaderboard import print_leaderboard
 
 
 def _split(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
+    """Comma-separated items, commas inside parentheses kept: ``erf,linear_part(erf,0.1)`` is
+    two functions. Unbalanced parentheses stay in one item (the resolver says what is wrong)."""
+    items, depth, start, text = [], 0, 0, text or ""
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [t.strip() for t in items if t.strip()]
 
 
 def _floats(text: str, what: str) -> list[float]:
@@ -61,7 +74,8 @@ def _create_and_maybe_run(
 
     settings = settings_for(database_url)
     try:
-        study_id = create_study(spec, settings=settings)  # checks params, overrides and cost
+        # validated whole as REST validates it (workers.validation), then params and cost
+        study_id = create_study(spec, settings=settings, request=True)
     except (ValueError, KeyError, ArithmeticError) as exc:
         fail(str(exc), as_json)
     est = estimate(spec, settings)
@@ -100,8 +114,12 @@ def _create_and_maybe_run(
             from normfree.cli._generate_report import print_report
 
             print_report(r["generate"])
+        if "search" in r:
+            print_search_coverage(r["search"])
 
     emit(out, as_json, human)
+    if not detach:
+        exit_if_failed(study_id, out["run"]["status"], out["leaderboard"], as_json)
 
 
 common = [
@@ -399,6 +417,19 @@ def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:
     return {} if report is None else {kind: report}
 
 
+def print_search_coverage(cov: dict[str, Any]) -> None:
+    """A search's functions for people: repeats answered from storage, and what was never tried."""
+    if cov.get("repeats"):
+        click.echo(f"{cov['repeats']} repeated asks answered from stored results (not retrained)")
+    for f in cov["functions"]:
+        if f["status"] != "trained":
+            click.echo(
+                f"  {f['function']}: {f['status']}" + (f" ({f['reason']})" if f["reason"] else "")
+            )
+    if not cov["never_tried"]:
+        click.echo(f"every one of the {len(cov['functions'])} functions named was tried")
+
+
 def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
     found = store.repo.get_study(study_id)
     if found is None:
@@ -427,8 +458,11 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
             from normfree.cli._generate_report import print_report
 
             print_report(r["generate"])
+        if "search" in r:
+            print_search_coverage(r["search"])
 
     emit(out, as_json, human)
+    exit_if_failed(study_id, out["status"], out["leaderboard"], as_json)
 
 
 def _status_table(p: dict[str, Any]) -> Any:

@@ -8,11 +8,13 @@ import click
 
 from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
+from normfree.cli._studies import db_option
 from normfree.workers.proxies import DEFAULT_PROXY, PROXIES
 
 NORM_HELP = (
     "What fills every norm slot: layernorm, rmsnorm, identity, derf (erf with a scalar shift s), "
-    "dyt (tanh without s), a catalog name, a transform call like 'shift_h(erf, 0.5)', or a formula."
+    "dyt (tanh without s), a catalog name, a stored candidate's name (see --db), a formula, or a "
+    "transform call on any of these like 'shift_h(erf, 0.5)'."
 )
 
 
@@ -37,15 +39,40 @@ def _parse_sets(items: tuple[str, ...], as_json: bool) -> dict[str, Any]:
     return out
 
 
-def _norm_spec(norm: str, shift: str | None, alpha0: float | None, as_json: bool):
+def _norm_spec(
+    norm: str, shift: str | None, alpha0: float | None, as_json: bool, database_url: str | None
+):
+    """The NormSpec of ``--norm``, resolved now (one line and rc 2 for anything unknown, with
+    the nearest names). A stored candidate's name (nested in transforms too) is looked up in
+    the database only when the catalog does not know the text, and its definition goes into
+    the spec, as a study's would."""
     from pydantic import ValidationError
 
+    from normfree.search_space import ExpressionError, resolver
     from normfree.workers.trainer import parse_norm
 
     try:
-        return parse_norm(norm, shift=shift, alpha0=alpha0)
+        spec = parse_norm(norm, shift=shift, alpha0=alpha0)
     except ValidationError as exc:
         fail(f"invalid norm options: {exc.errors()[0]['msg']}", as_json)
+    if spec.is_baseline:
+        return spec
+    try:
+        resolver.bake(spec.name)
+        return spec
+    except ExpressionError as exc:
+        first = exc
+    try:
+        from normfree.cli._studies import open_store, settings_for
+        from normfree.workers.validation import stored_names
+
+        stored = stored_names(open_store(settings_for(database_url)).repo)
+        _, definition = resolver.bake(spec.name, stored)
+    except ExpressionError as exc:
+        fail(f"--norm: {exc}", as_json)
+    except Exception as exc:  # no database to ask: the catalog's answer stands
+        fail(f"--norm: {first} (stored candidates not searched: {type(exc).__name__})", as_json)
+    return spec.model_copy(update={"formula": definition})
 
 
 def _summary(result: Any) -> None:
@@ -111,6 +138,7 @@ def _summary(result: Any) -> None:
 @click.option("--shift", type=click.Choice(["none", "scalar", "channel"]), default=None)
 @click.option("--alpha0", type=float, default=None, help="Initial alpha (default 0.5).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Proxy config override.")
+@db_option
 @json_option
 def train(
     proxy: str,
@@ -122,6 +150,7 @@ def train(
     shift: str | None,
     alpha0: float | None,
     sets: tuple[str, ...],
+    database_url: str | None,
     as_json: bool,
 ) -> None:
     """Train one proxy trial with NORM in every norm slot and print its result."""
@@ -132,7 +161,7 @@ def train(
     from normfree.specs import TrialConfig
     from normfree.workers.trainer import resolve, select_device, train_trial
 
-    spec = _norm_spec(norm, shift, alpha0, as_json)
+    spec = _norm_spec(norm, shift, alpha0, as_json, database_url)
     config = TrialConfig(
         proxy=proxy,
         norm=spec,
@@ -180,12 +209,15 @@ def train(
 @click.option("--norm", default="derf", show_default=True, help=NORM_HELP)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--shift", type=click.Choice(["none", "scalar", "channel"]), default=None)
+@db_option
 @json_option
-def prescreen_cmd(proxy: str, norm: str, seed: int, shift: str | None, as_json: bool) -> None:
+def prescreen_cmd(
+    proxy: str, norm: str, seed: int, shift: str | None, database_url: str | None, as_json: bool
+) -> None:
     """Zero-cost check of NORM: signal propagation at init and survival of high-lr steps."""
     from normfree.workers.prescreen import prescreen
 
-    spec = _norm_spec(norm, shift, None, as_json)
+    spec = _norm_spec(norm, shift, None, as_json, database_url)
     try:
         out = prescreen(spec, proxy=proxy, seed=seed)
     except ValueError as exc:

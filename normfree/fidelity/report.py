@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from normfree.fidelity.caveats import MIN_ORDER_PAIRS, MIN_RANK_CELLS, uncalibrated_note
 from normfree.fidelity.reference import ReferenceRow, ReferenceSet, cell_key
 
 BOOTSTRAP = 1000  # resamples for the rank-correlation intervals
@@ -349,6 +350,8 @@ def build_report(
         rep = setting_report(rows, trials, n_boot)
         (settings if rep["n_cells"] else not_compared).append(rep if rep["n_cells"] else name)
     rhos = [s["spearman"] for s in settings if s["spearman"] is not None]
+    # the correlations a headline may quote: over enough cells to mean something (caveats)
+    solid = [s for s in settings if s["spearman"] is not None and s["n_cells"] >= MIN_RANK_CELLS]
     taus = [s["kendall"] for s in settings if s["kendall"] is not None]
     n_pairs = sum(s["pairs_resolvable"] for s in settings)
     n_agree = sum(s["pairs_agree"] for s in settings)
@@ -362,6 +365,8 @@ def build_report(
         "settings_compared": len(settings),
         "cells": sum(s["n_cells"] for s in settings),
         "spearman_mean": float(np.mean(rhos)) if rhos else None,
+        "spearman_headline": float(np.mean([s["spearman"] for s in solid])) if solid else None,
+        "spearman_headline_cells": sum(s["n_cells"] for s in solid),
         "kendall_mean": float(np.mean(taus)) if taus else None,
         "pairs_resolvable": n_pairs,
         "pairs_agree": n_agree,
@@ -383,18 +388,36 @@ def build_report(
 
 
 def headline(report: dict[str, Any]) -> str:
-    """One line for a leaderboard: how far to trust its ranking."""
+    """One line for a leaderboard: how far to trust its ranking.
+
+    No verdict where there is none to give (``fidelity.caveats``): a preset without a
+    calibration gets a line that says so instead of figures; a rank correlation over fewer
+    than ``MIN_RANK_CELLS`` cells per setting, and orders over fewer than ``MIN_ORDER_PAIRS``
+    pairs, are left out (the report still holds them).
+    """
     s = report["summary"]
+    name = report["reference"]["name"]
+    subject = report.get("subject") or {}
+    if report.get("calibrated", True) is False:
+        return (
+            f"no fidelity headline: {uncalibrated_note(str(subject.get('proxy', 'this proxy')))}"
+            f" ({s['cells']} cells in common with {name})"
+        )
     if not s["cells"]:
-        return f"fidelity vs {report['reference']['name']}: no cell in common yet"
-    parts = [f"fidelity vs {report['reference']['name']}:"]
-    if s["pair_agreement"] is not None:
+        return f"fidelity vs {name}: no cell in common yet"
+    parts = []
+    if s["pair_agreement"] is not None and s["pairs_resolvable"] >= MIN_ORDER_PAIRS:
         parts.append(f"{s['pairs_agree']}/{s['pairs_resolvable']} published orders reproduced")
-    if s["spearman_mean"] is not None:
-        parts.append(f"mean Spearman {s['spearman_mean']:+.2f}")
+    if s.get("spearman_headline") is not None:
+        parts.append(f"mean Spearman {s['spearman_headline']:+.2f}")
     if s["failure_agreement"] is not None:
         parts.append(f"failures agree on {s['failure_agreement']:.0%} of {s['cells']} cells")
-    return ", ".join([parts[0] + " " + parts[1], *parts[2:]]) if len(parts) > 1 else parts[0]
+    if s.get("spearman_headline") is None or s["pairs_resolvable"] < MIN_ORDER_PAIRS:
+        parts.append(
+            f"too few cells for a rank verdict (a correlation needs {MIN_RANK_CELLS} cells of "
+            f"one setting, orders {MIN_ORDER_PAIRS} pairs)"
+        )
+    return f"fidelity vs {name}: " + ", ".join(parts)
 
 
 __all__ = ["BOOTSTRAP", "ProxyTrial", "build_report", "headline", "setting_report"]

@@ -10,7 +10,7 @@ from torch import nn
 from normfree.kernels._module import AlphaParam, PointwiseNorm, Shift
 from normfree.kernels._ops import Backend
 from normfree.kernels._options import KernelOptions
-from normfree.search_space import catalog, parse
+from normfree.search_space import catalog, resolver
 from normfree.search_space.baselines import NAMES as BASELINE_NAMES
 from normfree.specs import NORM_ALIASES, NormSpec, resolve_alias
 
@@ -26,8 +26,10 @@ assert tuple(BASELINE_MODULES) == BASELINE_NAMES, "one module per baseline"
 
 
 def _resolve_candidate(name: str, formula: str | None) -> Any:
+    """``formula`` (a user formula, or a baked definition naming no stored candidate) under the
+    name ``name``; else ``name`` as the catalog knows it. Never a database."""
     if formula is not None:
-        return parse(formula, name=name)
+        return resolver.resolve(formula, name=name)
     return catalog.resolve(name)
 
 

@@ -45,7 +45,7 @@ _LAZY = {
     "Properties": "properties",
     "compute_properties": "properties",
 }
-_SUBMODULES = ("catalog", "transforms", "catalog_index", "checks", "grammar")
+_SUBMODULES = ("catalog", "transforms", "catalog_index", "checks", "grammar", "resolver")
 
 if TYPE_CHECKING:
     from normfree.search_space import catalog, transforms

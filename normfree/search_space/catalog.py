@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Literal
 
 from normfree.search_space._parser import parse_expr_text
-from normfree.search_space._syntax import FUNCTIONS, Token, tokenize
 from normfree.search_space.baselines import BASELINES, Baseline
 from normfree.search_space.candidate import Candidate, Lineage, build_candidate
 from normfree.search_space.errors import ExpressionError
-from normfree.search_space.transforms import TRANSFORMS, apply
+from normfree.search_space.transforms import TRANSFORMS
 
 DERF = "Chen, Lu, Zhu, Sun, Liu: Stronger Normalization-Free Transformers (arXiv 2512.10938)"
 DYT = "Zhu, Chen, He, LeCun, Liu: Transformers without Normalization (CVPR 2025)"
@@ -113,6 +111,11 @@ assert len(set(SEARCH16)) == 16 and set(SEARCH16) <= set(_BY_NAME), "the paper's
 assert not (set(_BY_NAME) & set(_BASELINES)) and not (set(_BY_NAME) & set(TRANSFORMS))
 
 
+def has(name: str) -> bool:
+    """Whether ``name`` is a formula entry of the catalog."""
+    return name in _BY_NAME
+
+
 def names() -> list[str]:
     """Names of the formula entries, in table order."""
     return [e.name for e in ENTRIES]
@@ -167,96 +170,11 @@ def is_baseline(name: str) -> bool:
 # -- resolve ----------------------------------------------------------------------------------
 
 
-class _CallParser:
-    """Transform calls: ``NAME "(" ref ("," signed-number)* ")"``, ref = catalog name or call."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens = tokenize(text)
-        self.i = 0
-        self.depth = 0
-
-    @property
-    def tok(self) -> Token:
-        return self.tokens[self.i]
-
-    def expect(self, text: str) -> None:
-        if not (self.tok.kind == "op" and self.tok.text == text):
-            raise ExpressionError(f"expected {text!r}", self.tok.pos)
-        self.i += 1
-
-    def ref(self) -> Candidate:
-        t = self.tok
-        if t.kind != "name":
-            raise ExpressionError("expected a catalog name or a transform call", t.pos)
-        self.i += 1
-        if self.tok.kind == "op" and self.tok.text == "(":
-            if t.text not in TRANSFORMS:
-                raise ExpressionError(f"unknown transform {t.text!r}", t.pos)
-            self.depth += 1
-            if self.depth > 16:
-                raise ExpressionError("transform calls nested too deeply", t.pos)
-            self.i += 1
-            base = self.ref()
-            params: list[float] = []
-            while self.tok.kind == "op" and self.tok.text == ",":
-                self.i += 1
-                params.append(self.number())
-            self.expect(")")
-            self.depth -= 1
-            try:
-                return apply(t.text, base, *params)
-            except ExpressionError as exc:
-                raise ExpressionError(exc.message, t.pos) from None
-        if t.text in _BY_NAME:
-            return get(t.text)
-        raise ExpressionError(
-            f"unknown catalog name {t.text!r} (a transform takes a catalog name or another "
-            "transform call; to transform your own formula use the Python API on parse(...))",
-            t.pos,
-        )
-
-    def number(self) -> float:
-        sign = 1.0
-        while self.tok.kind == "op" and self.tok.text in "+-":
-            sign = -sign if self.tok.text == "-" else sign
-            self.i += 1
-        t = self.tok
-        if t.kind != "num":
-            raise ExpressionError("transform parameters must be numbers", t.pos)
-        self.i += 1
-        try:
-            value = float(Fraction(t.text))
-        except (OverflowError, ValueError, ZeroDivisionError):  # 1e400 has no float
-            raise ExpressionError(
-                f"transform parameter {t.text!r} is not a finite number", t.pos
-            ) from None
-        return sign * value
-
-
-def _is_transform_call(tokens: list[Token]) -> bool:
-    """A transform call: a transform name that is not also a formula function (clip is both),
-    or a transform name, "(", then a catalog name or another transform call."""
-    if (
-        tokens[0].kind == "name"
-        and tokens[0].text in TRANSFORMS
-        and tokens[0].text not in FUNCTIONS
-    ):
-        return True
-    return (
-        len(tokens) >= 4
-        and tokens[0].kind == "name"
-        and tokens[0].text in TRANSFORMS
-        and tokens[1].text == "("
-        and tokens[2].kind == "name"
-        and (
-            (tokens[2].text in _BY_NAME and tokens[3].text in (",", ")"))
-            or (tokens[2].text in TRANSFORMS and tokens[3].text == "(")
-        )
-    )
-
-
 def resolve(text: str) -> Candidate:
-    """A catalog name, a transform call or a formula -> a validated :class:`Candidate`."""
+    """A catalog name, a transform call or a formula -> a validated :class:`Candidate`, cached.
+
+    The parsing is :func:`normfree.search_space.resolver.resolve` without stored names (use that
+    with a ``Stored`` lookup to accept stored user candidates too)."""
     if not isinstance(text, str):
         raise ExpressionError("expected text")
     key = text.strip()
@@ -266,18 +184,9 @@ def resolve(text: str) -> Candidate:
         raise ExpressionError(f"{key!r} is a baseline (a reference module), not a formula")
     if key in _RESOLVED:
         return _RESOLVED[key]
-    if len(key) > 1000:
-        raise ExpressionError("text too long: more than 1000 characters", 1000)
-    tokens = tokenize(key)
-    if _is_transform_call(tokens):
-        parser = _CallParser(key)
-        cand = parser.ref()
-        if parser.tok.kind != "end":
-            raise ExpressionError(f"unexpected {parser.tok.text!r}", parser.tok.pos)
-    else:
-        from normfree.search_space.candidate import parse
+    from normfree.search_space import resolver
 
-        cand = parse(key)
+    cand = resolver.resolve(key)  # no stored names: the catalog's own texts and formulas
     if len(_RESOLVED) >= _RESOLVED_MAX:
         _RESOLVED.pop(next(iter(_RESOLVED)))
     _RESOLVED[key] = cand
@@ -316,6 +225,7 @@ __all__ = [
     "baselines",
     "describe",
     "get",
+    "has",
     "is_baseline",
     "names",
     "resolve",

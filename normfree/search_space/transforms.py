@@ -41,6 +41,9 @@ class Transform:
     formula: str  # human-readable definition
     ablates: str
     check: Callable[..., str | None] = lambda *p: None  # parameter validation -> reason
+    # The parameters at which the transform is the identity (``shift_h(f, 0)`` is f): one
+    # function, one arm (``resolver.spelling(..., collapse=True)``). None: never.
+    identity: tuple[float, ...] | None = None
 
 
 def _positive(lam: float) -> str | None:
@@ -60,6 +63,7 @@ TRANSFORMS: dict[str, Transform] = {
             lambda f, lam: f.xreplace({U: U + lam}),
             "f(u + lam)",
             "zero-centredness (horizontal shift)",
+            identity=(0.0,),
         ),
         Transform(
             "shift_v",
@@ -67,6 +71,7 @@ TRANSFORMS: dict[str, Transform] = {
             lambda f, lam: f + lam,
             "f(u) + lam",
             "zero-centredness (vertical shift)",
+            identity=(0.0,),
         ),
         Transform(
             "clip",
@@ -82,6 +87,7 @@ TRANSFORMS: dict[str, Transform] = {
             lambda f, lb: (1 - lb) * f + lb * U,
             "(1 - lam_b) * f(u) + lam_b * u",
             "boundedness (add a linear part)",
+            identity=(0.0,),
         ),
         Transform(
             "flat_centre",
@@ -93,6 +99,7 @@ TRANSFORMS: dict[str, Transform] = {
             "0 if |u| <= lam else f(u - lam*sign(u))",
             "center sensitivity (flat centre)",
             _non_negative,
+            identity=(0.0,),
         ),
         Transform("sign_flip", (), lambda f: -f, "-f(u)", "monotonicity (sign flip)"),
     )

@@ -19,6 +19,8 @@ that two workers could race for are taken with ``SELECT ... FOR UPDATE SKIP LOCK
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -101,6 +103,20 @@ def _ping_when_idle(engine: Engine) -> None:
         record.info[_LAST_USED] = time.monotonic()
 
 
+log = logging.getLogger(__name__)
+
+
+def tolerant_json_loads(text: str) -> Any:
+    """Read a JSON column; text that is not JSON (a row corrupted by hand or by a crash, which
+    SQLite's JSON text allows) reads as None with a warning, instead of failing every query
+    that lists the row: the pages show what they can and say what they could not."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        log.warning("a stored JSON value is not JSON and reads as null: %.80r", text)
+        return None
+
+
 class Database:
     """One engine for one database URL, with sessions and migrations.
 
@@ -120,6 +136,7 @@ class Database:
         if self.dialect == "sqlite":
             db = sa_url.database
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+            kwargs["json_deserializer"] = tolerant_json_loads  # JSONB cannot hold non-JSON
             if db and db != ":memory:" and not db.startswith("file:"):
                 Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
                 kwargs.update(pooled)  # in-memory databases keep one connection per thread

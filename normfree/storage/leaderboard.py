@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from normfree.storage import stats
+from normfree.storage import failures, stats
 from normfree.storage.aggregates import FINISHED, order_key
 from normfree.storage.models import ArmResultRow, CandidateRow, TrialRow
 
@@ -282,6 +282,48 @@ def candidate_info(session: Any, names: Iterable[str]) -> dict[str, tuple[Any, d
     return out
 
 
+def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
+    """One function, one row: arms whose functions are one function by their text (a transform
+    at its identity: ``shift_h(erf, 0)`` is ``erf``, ``search_space.resolver.spelling``) and
+    alike in everything else (context, norm options, overrides) become one arm, named by the
+    plain spelling. A seed trained under both names counts once (the plain arm's value)."""
+    import json
+
+    from normfree.search_space.resolver import spelling
+
+    merged: dict[tuple[str, ...], Arm] = {}
+    # plain names first, so the merged arm keeps the plain arm's name, key and values
+    for arm in sorted(arms, key=lambda a: "(" in a.candidate):
+        name = spelling(arm.candidate, collapse=True) if "(" in arm.candidate else arm.candidate
+        formula = arm.norm.get("formula")
+        norm = {k: v for k, v in arm.norm.items() if k not in ("name", "formula")}
+        key = (
+            name,
+            spelling(formula, collapse=True) if formula else "",
+            arm.context_key,
+            json.dumps(norm, sort_keys=True, default=str),
+            json.dumps(arm.overrides, sort_keys=True, default=str),
+        )
+        into = merged.get(key)
+        if into is None:
+            merged[key] = arm if name == arm.candidate else _renamed(arm, name)
+            continue
+        for seed, value in arm.by_seed.items():
+            into.by_seed.setdefault(seed, value)
+        into.n_trials += arm.n_trials
+        into.n_diverged += arm.n_diverged
+        into.n_failed += arm.n_failed
+        into.n_pruned += arm.n_pruned
+        into.study_ids = sorted({*into.study_ids, *arm.study_ids})
+    return list(merged.values())
+
+
+def _renamed(arm: Arm, name: str) -> Arm:
+    from dataclasses import replace
+
+    return replace(arm, candidate=name, norm={**arm.norm, "name": name}, by_seed=dict(arm.by_seed))
+
+
 def rank(
     arms: Sequence[Arm],
     pairing: Mapping[str, Mapping[int, float]],
@@ -295,7 +337,7 @@ def rank(
 ) -> list[dict[str, Any]]:
     """Leaderboard rows (see ``Repository.leaderboard`` for their keys), best first."""
     rows: list[dict[str, Any]] = []
-    for arm in arms:
+    for arm in merge_identities(arms):
         info = candidates.get(arm.candidate)
         if info is not None:
             cgroup, cprops = info
@@ -353,18 +395,26 @@ def rank(
                 "_summary": summary,
             }
         )
-    rows.sort(key=lambda r: (stats.rank_key(r["_summary"], r["direction"]), r["candidate"]))
-    best_values = rows[0]["_values"] if rows and rows[0]["n"] else None
-    for i, r in enumerate(rows, start=1):
-        r["rank"] = i
-        if best_values is None or not r["_values"]:
-            r["p_vs_best"] = None
-            r["indistinguishable_from_best"] = i == 1 and best_values is not None
-        else:
-            p = 1.0 if i == 1 else _welch(r["_values"], best_values)
-            r["p_vs_best"] = p
-            # stats.indistinguishable, on the p-value already computed
-            r["indistinguishable_from_best"] = i == 1 or p is None or p > alpha
+    # An arm with no completed seed (every seed failed, diverged or was pruned) has no value to
+    # rank: it is listed after the ranked arms, unranked, and never compared with the best.
+    ranked = sorted(
+        (r for r in rows if r["n"]),
+        key=lambda r: (stats.rank_key(r["_summary"], r["direction"]), r["candidate"]),
+    )
+    unranked = sorted((r for r in rows if not r["n"]), key=lambda r: (r["candidate"], r["arm_key"]))
+    best_values = ranked[0]["_values"] if ranked else None
+    for i, r in enumerate(ranked, start=1):
+        r["rank"], r["ranked"] = i, True
+        p = 1.0 if i == 1 else _welch(r["_values"], best_values or ())
+        r["p_vs_best"] = p
+        # stats.indistinguishable, on the p-value already computed
+        r["indistinguishable_from_best"] = i == 1 or p is None or p > alpha
+    for r in unranked:
+        r["rank"], r["ranked"] = None, False
+        r["p_vs_best"] = None
+        r["indistinguishable_from_best"] = False
+    rows = ranked + unranked
+    for r in rows:
         del r["_values"], r["_summary"]
     return rows
 
@@ -397,8 +447,11 @@ def leaderboard(
             else:
                 arms = arms_from_summaries(s, proxy)
             pairing = pairing_from_summaries(s, proxy, (a.context_key for a in arms))
+        arms = merge_identities(arms)  # before the candidate rows are read: by the plain name
         cands = candidate_info(s, (a.candidate for a in arms))
-    return rank(
+        failed = [a.arm_key for a in arms if a.n_failed or a.n_diverged]
+        reasons = failures.arm_failures(s, proxy, failed, study_id) if failed else {}
+    rows = rank(
         arms,
         pairing,
         cands,
@@ -408,6 +461,23 @@ def leaderboard(
         direction=direction,
         alpha=alpha,
     )
+    for r in rows:
+        r["failure"] = reasons.get(r["arm_key"])
+        r["unranked_reason"] = None if r["ranked"] else failures.unranked_reason(r)
+    return rows
+
+
+def metric_names(db: Any, proxy: str, sample: int = 200) -> list[str]:
+    """The final metrics a leaderboard of ``proxy`` can rank by: those of its latest
+    ``sample`` complete trials (what ``metric=`` accepts), sorted."""
+    q = (
+        sa.select(TrialRow.metrics)
+        .where(TrialRow.proxy == proxy, TrialRow.status == "COMPLETE")
+        .order_by(TrialRow.id.desc())
+        .limit(sample)
+    )
+    with db.session(readonly=True) as s:
+        return sorted({k for (m,) in s.execute(q) for k in (m or {})})
 
 
 def proxies_by_finished(db: Any) -> list[str]:

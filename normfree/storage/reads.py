@@ -174,7 +174,12 @@ def current_document(status: str, updated_at: datetime, document: str | None) ->
     row's current one (its own stamp is the row's): else None."""
     if document is None:
         return None
-    doc = json.loads(document)
+    try:
+        doc = json.loads(document)
+    except ValueError:  # a corrupt copy: the trial's rows still hold the truth
+        doc = None
+    if not isinstance(doc, dict):
+        return None
     stamp = UTCDateTime().process_result_value(updated_at, None)
     if doc.get("updated_at") == stamp.isoformat() and doc.get("status") == status:
         return doc

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -237,11 +237,14 @@ class ReferenceStore:
         proxy: str | None = None,
         study_id: int | None = None,
         cell_keys: Iterable[str] | None = None,
+        near_chance: Callable[[dict[str, Any] | None], bool] | None = None,
     ) -> tuple[list[ProxyTrial], dict[str, Any]]:
         """Finished trials (COMPLETE / DIVERGED) as report rows, and what they cover.
 
         Exactly one of ``proxy`` (the preset's own setting) or ``study_id`` (the study's main
         setting). ``cell_keys`` limits the trials loaded to arms of those cells.
+        ``near_chance`` (of a trial's metrics) marks a completed trial failed to train too
+        (``fidelity.caveats.near_chance_rule``: the preset's trainer may not have).
         """
         if (proxy is None) == (study_id is None):
             raise ValueError("give a proxy or a study, not both")
@@ -308,7 +311,8 @@ class ReferenceStore:
                             cell=cells[arm],
                             label=arm_label(norm),
                             seed=seed,
-                            failed=status == "DIVERGED",
+                            failed=status == "DIVERGED"
+                            or (near_chance is not None and near_chance(metrics)),
                             objective=value,
                             objective_direction=direction or "maximize",
                             eval_train_loss=etl,

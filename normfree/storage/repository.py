@@ -59,7 +59,10 @@ class Repository(CandidateRepository, StudyRepository, TrialRepository, TokenRep
         ``std``, ``ci_half_width``, ``ci_low``, ``ci_high``, ``bound``, ``seeds``,
         ``p_vs_best`` (Welch), ``indistinguishable_from_best``, ``vs_layernorm`` (None or
         ``{n_pairs, seeds, mean_diff, std, ci_half_width, ci_low, ci_high}`` of candidate minus
-        LayerNorm on shared seeds), ``study_ids``.
+        LayerNorm on shared seeds), ``study_ids``, ``ranked``, ``failure`` (None or the arm's
+        most common failure ``{reason, count, failed}``, ``storage.failures``) and
+        ``unranked_reason``. An arm with no completed seed is never ranked against the others:
+        it comes after them with ``rank`` None, ``ranked`` False and its reason.
 
         Read from the per-arm summaries (``storage.aggregates``: one row per arm, whatever the
         number of trials); ``study_id`` and ``metric`` boards group trials instead, and

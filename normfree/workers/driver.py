@@ -44,6 +44,9 @@ from normfree.workers import scheduling as sch
 from normfree.workers.cost import check_study
 from normfree.workers.errors import failure_reason
 from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialStore
+from normfree.workers.kinds.search import REPEAT_OF, answer_repeats
+from normfree.workers.lifecycle import outcome
+from normfree.workers.validation import prepare, stored_names
 
 __all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
 
@@ -72,19 +75,29 @@ def _load_optuna(store: TrialStore, spec: StudySpec, study_id: int) -> optuna.St
 
 
 def create_study(
-    spec: StudySpec, *, settings: Settings | None = None, store: TrialStore | None = None
+    spec: StudySpec,
+    *,
+    settings: Settings | None = None,
+    store: TrialStore | None = None,
+    validated: bool = False,
+    request: bool = False,
 ) -> int:
     """Record a study, its Optuna study and (grid kinds) all its trials; return its id.
 
     Nothing runs yet: ``StudyDriver(id).run()`` (or ``normfree study run ID``) does that.
-    Planning errors (unknown transform, empty grid) raise before anything is written.
+    The study is validated whole and its stored candidates baked (``workers.validation``;
+    ``validated``: the caller already did, with this store; ``request``: with the kinds'
+    request rules, as REST and the CLI ask) before anything is written: ``StudyInvalid`` (a
+    ConfigError) with every problem.
     """
     settings = settings or get_settings()
-    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     store = store or TrialStore(
         settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
     )
     store.migrate()
+    if not validated:  # the one validation (as REST's), with this database's stored names
+        spec = prepare(spec, stored_names(store.repo), request=request)
+    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
     kind = kinds.get(spec.kind)
     kind.validate(spec)
     planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run
@@ -199,16 +212,21 @@ class StudyDriver:
         """Tell Optuna about rows that ended while no driver watched; fail orphan asks."""
         rows = self.store.repo.list_trials(self.study_id)
         known = {r["optuna_number"] for r in rows if r["optuna_number"] is not None}
-        running = {
-            t.number
+        open_trials = [
+            t
             for t in self.optuna.get_trials(deepcopy=False)
             if t.state == optuna.trial.TrialState.RUNNING
-        }
+        ]
+        # A search's repeat ask has no row of its own: it waits for the row it repeats.
+        repeats = {t.number for t in open_trials if REPEAT_OF in t.user_attrs}
+        running = {t.number for t in open_trials} - repeats
         for r in rows:
             if r["optuna_number"] in running and r["status"] in _TERMINAL:
                 self.tell(r["optuna_number"], r["status"], r["value"])
         for number in running - known:  # asked, then the driver died before inserting the row
             self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        if repeats:
+            answer_repeats(self)
 
     def _grid_number(self, leased: LeasedTrial) -> int:
         """Give a grid trial its Optuna trial (once; kept across attempts).
@@ -385,7 +403,7 @@ class StudyDriver:
         status = self.store.study_status(self.study_id)
         open_ = counts.get("WAITING", 0) + counts.get("RUNNING", 0)
         if status == "running" and open_ == 0 and (max_trials is None or budget_left):
-            status = "complete"
+            status = outcome(counts)  # complete, or failed when nothing trained (lifecycle)
             self.store.repo.set_study_status(self.study_id, status)
         summary.status = status
         summary.counts = counts

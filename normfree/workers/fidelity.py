@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from normfree.fidelity.caveats import calibration_of, near_chance_rule, uncalibrated_note
 from normfree.fidelity.reference import cell_key
 from normfree.fidelity.report import BOOTSTRAP, build_report
 from normfree.specs import TRAINED_STATUSES
@@ -93,8 +94,18 @@ def fidelity_report(
             _CACHE.move_to_end(key)
             return hit
     keys = {cell_key(r.cell) for r in ref.rows if r.family == family}
-    trials, scope = store.proxy_trials(proxy=proxy, study_id=study_id, cell_keys=keys)
+    subject_proxy = str(subject["proxy"])
+    trials, scope = store.proxy_trials(
+        proxy=proxy,
+        study_id=study_id,
+        cell_keys=keys,
+        near_chance=near_chance_rule(subject_proxy),  # failed to train, on every preset
+    )
     report = build_report(ref, trials, family=family, subject={**subject, **scope}, n_boot=n_boot)
+    # no calibration, no headline (fidelity.caveats): the figures stay, marked as such
+    report["calibration"] = calibration_of(subject_proxy)
+    report["calibrated"] = report["calibration"] is not None
+    report["caveats"] = [] if report["calibrated"] else [uncalibrated_note(subject_proxy)]
     with _LOCK:
         _CACHE[key] = report
         while len(_CACHE) > _CACHE_MAX:

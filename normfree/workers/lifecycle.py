@@ -4,8 +4,15 @@ drives studies in the API's process.
 The transitions live here, once, because two front ends steer studies (the REST API and the
 ``normfree study`` commands) and they used to disagree on what "resume" leads to and what may be
 paused. The driver (:mod:`normfree.workers.driver`) sets the statuses that follow from running:
-``running`` when it starts, ``complete`` when nothing is left, ``failed`` when it stops on an
-error.
+``running`` when it starts, ``failed`` when it stops on an error, and when nothing is left the
+outcome of its trials (:func:`outcome`, the one home of this rule):
+
+- ``failed`` when no trial completed and at least one failed, diverged or was pruned: nothing
+  was trained, whatever the reason (the reasons per arm are on the study page, the leaderboard
+  and ``normfree study run``, which exits non-zero);
+- ``complete`` otherwise, even when some trials failed: every view then shows how many
+  (``progress.failed`` / ``progress.diverged``) and why, and the failed arms are listed apart,
+  unranked (``storage.leaderboard``).
 
 ::
 
@@ -23,7 +30,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,6 +54,14 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
 }
 # What resume also accepts when the caller is about to start a driver: a study with no driver.
 _RESTARTABLE = frozenset({"pending", "running"})
+
+
+def outcome(counts: Mapping[str, int]) -> str:
+    """The final status of a study with nothing left to run, from its trial counts per status
+    (``Repository.study_progress()["counts"]``): ``failed`` when nothing completed and something
+    ran and failed (failed, diverged or pruned trials), else ``complete``."""
+    ran = sum(counts.get(k, 0) for k in ("FAILED", "DIVERGED", "PRUNED"))
+    return "failed" if counts.get("COMPLETE", 0) == 0 and ran > 0 else "complete"
 
 
 class TransitionError(Exception):

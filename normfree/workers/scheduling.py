@@ -81,13 +81,12 @@ def transform_call(transform: str, function: str, value: float) -> str:
 
 
 def untransformed_name(transform: str, function: str) -> str:
-    """The cell of a grid value ``None``: ``t(f)`` when t takes no parameter, else f itself."""
-    from normfree.search_space import ExpressionError, catalog
+    """The cell of a grid value ``None``: ``t(f)`` when t takes no parameter, else f itself.
+    Text only (any function the resolver accepts: a stored name too, with no database)."""
+    from normfree.search_space.transforms import TRANSFORMS
 
-    try:
-        return catalog.resolve(f"{transform}({function})").name
-    except (ExpressionError, ValueError, KeyError):
-        return function
+    t = TRANSFORMS.get(transform)
+    return f"{transform}({function})" if t is not None and not t.params else function
 
 
 def paper_grid(transform: str) -> tuple[list[str], list[float], bool]:
@@ -138,6 +137,12 @@ def norm_spec(name: str, spec: StudySpec, **opts: Any) -> NormSpec:
     base.update(opts)
     if name in BASELINES:  # options of a pointwise norm mean nothing to a baseline
         base = {k: v for k, v in base.items() if k == "affine"}
+    elif spec.definitions and "formula" not in base:
+        from normfree.search_space.resolver import definition
+
+        # a stored candidate (nested in transforms too): its baked definition travels along
+        if (text := definition(name, spec.definitions)) is not None:
+            base["formula"] = text
     return NormSpec(name=name, **base)
 
 
@@ -278,9 +283,12 @@ def config_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Tr
 
 
 def arm_label(params: dict[str, Any]) -> str:
-    """A short readable name for a search arm: ``erf`` or ``erf alpha0=0.3 lr=0.002``."""
-    extra = " ".join(f"{k}={params[k]:.3g}" for k in (P_ALPHA0, P_LR) if k in params)
-    return f"{params[P_NORM]} {extra}".strip()
+    """A search arm as every view spells arms (``storage.leaderboard.arm_text``): ``erf`` or
+    ``erf [alpha0=0.3, lr=0.002]``."""
+    from normfree.storage.leaderboard import arm_text
+
+    extra = {k: f"{params[k]:.3g}" for k in (P_ALPHA0, P_LR) if k in params}
+    return arm_text(str(params[P_NORM]), options=extra)
 
 
 def plan_extra_seeds(

@@ -108,6 +108,7 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             page.wait_for_selector("#fidelity-figure-0 .main-svg", timeout=30_000)
             summary = page.locator("#fidelity-summary").inner_text()
             assert "published orders reproduced" in summary
+            assert "not calibrated" in summary  # vit-tiny: the figures, and no verdict
             assert page.locator(".fidelity-setting h2", has_text="horizontal shift of erf").count()
             page.screenshot(path=str(shots / "fidelity.png"), full_page=True)
             page.goto(base + "?proxy=vit-tiny")

@@ -52,3 +52,75 @@ def test_group_keeps_catalog_functions(tmp_path: Path) -> None:
     assert [r["candidate"] for r in user] == ["mine"]
     baseline = _rows("--proxy", "vit-tiny", "--group", "baseline", "--db", db)
     assert [r["candidate"] for r in baseline] == ["layernorm"]
+
+
+def _arms_db(path: Path) -> str:
+    """erf (two seeds), shift_h(erf, 0) (a third seed: the same function), erf with alpha0=1
+    (an option arm), layernorm."""
+    url = f"sqlite:///{path}"
+    db = Database(url)
+    db.migrate()
+    repo = Repository(db, max_attempts=3)
+    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", functions=["erf"]))
+    arms = [
+        (NormSpec(name="erf"), [0.9, 0.91]),
+        (NormSpec(name="shift_h(erf, 0)"), [0.7, 0.72, 0.93]),
+        (NormSpec(name="erf", alpha0=1.0), [0.6, 0.62]),
+        (NormSpec(name="layernorm"), [0.8, 0.81]),
+    ]
+    values = {}
+    for norm, vs in arms:
+        for seed, v in enumerate(vs):
+            config = TrialConfig(proxy="vit-tiny", norm=norm, seed=seed)
+            values[config.key()] = v
+            repo.add_trials(sid, [(config, {"function": norm.name}, None)])
+    while (lease := repo.lease_next(sid, "t", 60)) is not None:
+        result = TrialResult(
+            status="complete", metrics={"val_acc": values[lease.config.key()]}, objective="val_acc"
+        )
+        assert repo.finish_trial(lease.id, "t", lease.attempt, result)
+    db.dispose()
+    return url
+
+
+def test_one_function_is_one_row_and_option_arms_are_labelled(tmp_path: Path) -> None:
+    db = _arms_db(tmp_path / "arms.db")
+    for extra in ((), ("--study", "1")):  # from the summaries and from the trials alike
+        rows = _rows("--proxy", "vit-tiny", "--db", db, *extra)
+        by_name = {(r["candidate"], r["norm"].get("alpha0")): r for r in rows}
+        assert len(rows) == 3, [r["candidate"] for r in rows]
+        erf = by_name[("erf", 0.5)]
+        # erf's own seeds 0 and 1, and seed 2 from shift_h(erf, 0): one function, one row
+        assert erf["seeds"] == [0, 1, 2] and erf["n_trials"] == 5
+        assert ("erf", 1.0) in by_name and ("layernorm", 0.5) in by_name
+    res = CliRunner().invoke(main, ["leaderboard", "--proxy", "vit-tiny", "--db", db, "--wide"])
+    assert res.exit_code == 0, res.output
+    assert "erf [alpha0=1.0]" in res.output
+    assert "shift_h" not in res.output
+
+
+def test_a_long_arm_is_never_cut_and_wide_prints_it_on_one_line(tmp_path: Path) -> None:
+    db = _arms_db(tmp_path / "arms.db")
+    narrow = CliRunner().invoke(
+        main, ["leaderboard", "--proxy", "vit-tiny", "--db", db], env={"COLUMNS": "70"}
+    )
+    assert narrow.exit_code == 0, narrow.output
+    table = [line for line in narrow.output.splitlines() if line[:1] in "┏┃┡│└"]
+    assert max(len(line) for line in table) <= 70  # the terminal's width
+    assert "(paired)" in narrow.output and "alpha0" in narrow.output  # wrapped, never cut
+    wide = CliRunner().invoke(
+        main, ["leaderboard", "--proxy", "vit-tiny", "--db", db, "--wide"], env={"COLUMNS": "70"}
+    )
+    assert "erf [alpha0=1.0]" in wide.output and "(paired)" in wide.output
+
+
+def test_an_unknown_proxy_or_metric_exits_non_zero_with_the_choices(tmp_path: Path) -> None:
+    db = _arms_db(tmp_path / "arms.db")
+    r = CliRunner().invoke(main, ["leaderboard", "--proxy", "vit-tinny", "--db", db])
+    assert r.exit_code == 2 and "did you mean 'vit-tiny'" in r.output, r.output
+    r = CliRunner().invoke(
+        main, ["leaderboard", "--proxy", "vit-tiny", "--metric", "val_acc2", "--db", db, "--json"]
+    )
+    assert r.exit_code == 2
+    error = json.loads(r.output)["error"]
+    assert "did you mean 'val_acc'" in error and "choose from val_acc" in error

@@ -58,7 +58,9 @@ def test_fidelity_of_a_study(tmp_path: Path) -> None:
     seeded = seed_property_study(Settings(database_url=db))
     rep = _json("fidelity", "--study", str(seeded.study_id), "--boot", "50", "--db", db)
     assert rep["subject"]["study_id"] == seeded.study_id and rep["family"] == "vit"
-    assert "published orders reproduced" in rep["headline"]
+    # vit-tiny is not calibrated: the report has its figures, the headline says it is no verdict
+    assert rep["summary"]["pairs_resolvable"] >= 4 and not rep["calibrated"]
+    assert rep["headline"].startswith("no fidelity headline")
     code, out = _run("fidelity", "--study", str(seeded.study_id), "--boot", "0", "--db", db)
     assert code == 0 and "horizontal shift of erf" in out and "shift_h(erf, 1)" in out
     code, out = _run("fidelity", "--db", db)

@@ -87,3 +87,90 @@ def test_extra_seeds_are_planned_once_for_the_top_arms(tmp_path: Path) -> None:
     extra = repo.list_trials(study_id, status="WAITING")
     assert {r["candidate"] for r in extra} == {best} and {r["seed"] for r in extra} == {1, 2}
     assert extra_seeds(StudyDriver(study_id, settings=settings)) == 0  # idempotent
+
+
+SIX = ["erf", "tanh", "arctan", "isru", "linear", "sin"]
+
+
+def _search(tmp_path: Path, n_trials: int) -> tuple[StudyDriver, int]:
+    settings = engine_settings(f"sqlite:///{tmp_path / 'nf.db'}")
+    spec = StudySpec(
+        kind="search",
+        proxy="vit-tiny",
+        functions=SIX,
+        sampler="tpe",
+        n_trials=n_trials,
+        extra_seeds_for_top=0,
+        epochs=1,
+    )
+    study_id = create_study(spec, settings=settings)
+    return StudyDriver(study_id, settings=settings), study_id
+
+
+def _run_fake(driver: StudyDriver, study_id: int, values: dict[str, float]) -> None:
+    """The driver's refill loop with each trial 'trained' at once to a fixed value."""
+    repo = driver.store.repo
+    while driver.kind.refill(driver):
+        leased = repo.lease_next(study_id, driver.owner, 30.0)
+        if leased is not None:
+            value = values[leased.config.norm.name]
+            repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(value))
+            driver.tell(leased.optuna_number, "COMPLETE", value)
+
+
+def test_search_asks_every_named_function_before_the_sampler_repeats_one(tmp_path: Path) -> None:
+    # TPE's random start (seed 0) asked tanh three times in six asks; now each function is
+    # asked once before the sampler chooses.
+    driver, study_id = _search(tmp_path, 6)
+    _run_fake(driver, study_id, {f: 0.1 * i for i, f in enumerate(SIX)})
+    rows = driver.store.repo.list_trials(study_id)
+    assert sorted(r["candidate"] for r in rows) == sorted(SIX)
+    report = driver.kind.report(driver.store, study_id)
+    assert report["never_tried"] == [] and report["repeats"] == 0
+    assert {f["status"] for f in report["functions"]} == {"trained"}
+
+
+def test_search_answers_repeats_from_stored_results(tmp_path: Path) -> None:
+    driver, study_id = _search(tmp_path, 8)
+    values = {f: 0.1 * i for i, f in enumerate(SIX)}
+    _run_fake(driver, study_id, values)
+    assert len(driver.store.repo.list_trials(study_id)) == 6  # nothing trained twice
+    trials = driver.optuna.get_trials()
+    assert len(trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    repeats = [t for t in trials if "duplicate_of" in t.user_attrs]
+    assert len(repeats) == 2
+    for t in repeats:  # told the stored value of the point it repeats
+        assert t.value == values[t.params["norm"]]
+    assert driver.kind.report(driver.store, study_id)["repeats"] == 2
+
+
+def test_a_repeat_of_a_running_trial_waits_for_its_result(tmp_path: Path) -> None:
+    settings = engine_settings(f"sqlite:///{tmp_path / 'nf.db'}")
+    spec = StudySpec(
+        kind="search", proxy="vit-tiny", functions=["erf"], n_trials=2, extra_seeds_for_top=0
+    )
+    study_id = create_study(spec, settings=settings)
+    driver = StudyDriver(study_id, settings=settings)
+    assert driver.kind.refill(driver)
+    leased = driver.store.repo.lease_next(study_id, driver.owner, 30.0)
+    assert driver.kind.refill(driver)  # erf again while erf still runs: no new row ...
+    assert len(driver.store.repo.list_trials(study_id)) == 1
+    second = driver.optuna.get_trials()[1]
+    assert second.state == optuna.trial.TrialState.RUNNING  # ... and not failed either
+    # a restarted driver does not take the open repeat for an orphan ask
+    StudyDriver(study_id, settings=settings)._reconcile()
+    assert driver.optuna.get_trials()[1].state == optuna.trial.TrialState.RUNNING
+    driver.store.repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(0.6))
+    driver.tell(leased.optuna_number, "COMPLETE", 0.6)
+    assert not driver.kind.refill(driver)  # budget spent; the repeat is answered on the way
+    assert [t.value for t in driver.optuna.get_trials()] == [0.6, 0.6]
+
+
+def test_search_report_says_which_functions_the_budget_never_reached(tmp_path: Path) -> None:
+    driver, study_id = _search(tmp_path, 4)
+    _run_fake(driver, study_id, {f: 0.5 for f in SIX})
+    driver.store.repo.set_study_status(study_id, "complete")
+    report = driver.kind.report(driver.store, study_id)
+    assert report["never_tried"] == SIX[4:]  # asked in the order named
+    reasons = {f["function"]: f["reason"] for f in report["functions"]}
+    assert "budget exhausted" in reasons["linear"] and reasons["erf"] is None

@@ -109,3 +109,42 @@ def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
     board = store.repo.leaderboard("dit-tiny", study_id=study_id)
     assert board[0]["direction"] == "minimize"
     assert {r["candidate"] for r in board if r["n"] == 2} == {t["candidate"] for t in extra}
+
+
+def test_search_trains_each_function_once_and_answers_repeats_from_storage(url: str) -> None:
+    # Issue 24: a 6-function search with n_trials 6 trained 3 (TPE asked tanh three times).
+    # Now: the six are trained once each; asks 7 and 8 can only repeat a point (no alpha0 or lr
+    # range), and are answered from the stored results without training.
+    settings = engine_settings(url)
+    functions = ["erf", "tanh", "arctan", "isru", "linear", "sin"]
+    spec = StudySpec(
+        kind="search",
+        proxy="vit-tiny",
+        functions=functions,
+        seeds=1,
+        epochs=1,
+        sampler="tpe",
+        pruner="none",
+        n_trials=8,
+        extra_seeds_for_top=0,
+    )
+    study_id = create_study(spec, settings=settings)
+    summary = StudyDriver(study_id, settings=settings, max_parallel=2).run()
+    assert summary.status == "complete" and summary.dispatched == 6
+    store = TrialStore(url)
+    trials = store.repo.list_trials(study_id)
+    assert sorted(t["candidate"] for t in trials) == sorted(functions)
+    assert {t["status"] for t in trials} <= {"COMPLETE", "DIVERGED"}
+    ostudy = optuna.load_study(
+        study_name=optuna_study_name(study_id), storage=store.optuna_storage()
+    )
+    assert len(ostudy.trials) == 8
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in ostudy.trials)
+    value_of = {t["candidate"]: t["value"] for t in trials}
+    repeats = [t for t in ostudy.trials if "duplicate_of" in t.user_attrs]
+    assert len(repeats) == 2
+    for t in repeats:  # the stored value of the point repeated, not a new training run
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert t.value == value_of[t.params["norm"]]
+    report = StudyDriver(study_id, settings=settings).kind.report(store, study_id)
+    assert report["never_tried"] == [] and report["repeats"] == 2

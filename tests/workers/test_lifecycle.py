@@ -124,3 +124,20 @@ def test_a_driver_that_stops_on_an_error_marks_the_study_failed(tmp_path: Path) 
         driver.run()
     assert driver.store.repo.get_study(sid)["status"] == "failed"
     assert steer(driver.store.repo, sid, "resume").after == "running"
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ({"COMPLETE": 3}, "complete"),
+        ({"COMPLETE": 1, "FAILED": 5}, "complete"),  # some failed: complete, with the count
+        ({"FAILED": 4}, "failed"),
+        ({"FAILED": 2, "DIVERGED": 2}, "failed"),
+        ({"DIVERGED": 3}, "failed"),  # nothing trained, whatever the reason
+        ({"PRUNED": 2, "FAILED": 1}, "failed"),
+        ({"CANCELLED": 2}, "complete"),  # nothing ran: not a failure of the trials
+        ({}, "complete"),
+    ],
+)
+def test_outcome_of_a_finished_study(counts: dict[str, int], expected: str) -> None:
+    assert lifecycle.outcome(counts) == expected

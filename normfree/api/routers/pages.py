@@ -10,7 +10,9 @@ same rule as ``POST /api/candidates`` (see :mod:`normfree.api.deps`).
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
@@ -18,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, fidelity, plots, prescreens, reads, security, services
+from normfree.api import cache, fidelity, links, plots, prescreens, reads, security, services
 from normfree.api.deps import (
     GroupQuery,
     IdPath,
@@ -32,6 +34,38 @@ from normfree.api.errors import ApiError, describe_validation
 from normfree.api.schemas import CandidateCreate
 
 router = APIRouter(include_in_schema=False)
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class PageParts:
+    """A page built part by part (a table, a plot, a summary): a part that fails on stored data
+    is left out, logged with its exception and a reference, and named in the page's notices,
+    so bad stored data never costs the whole page (a 500). ``ApiError`` (no such study, a
+    refused name) is the page's answer, not a broken part, and passes through."""
+
+    def __init__(self, page: str) -> None:
+        self.page = page
+        self.notices: list[str] = []
+
+    def build(self, what: str, make: Callable[[], T], default: T) -> T:
+        try:
+            return make()
+        except ApiError:
+            raise
+        except Exception as exc:
+            from normfree.workers.errors import new_reference
+
+            ref = new_reference()
+            log.exception("%s page: could not show %s [ref %s]", self.page, what, ref)
+            self.notices.append(
+                f"Could not show {what} ({type(exc).__name__} [ref {ref}]); the rest of the "
+                "page is below, and the details are in the server log."
+            )
+            return default
+
+    def note(self, text: str) -> None:
+        self.notices.append(text)
 
 
 # Properties shown as badges, in this order, when the candidate has them (flattened names).
@@ -72,6 +106,7 @@ def _badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
 
 def install_filters(templates: Jinja2Templates) -> None:
     templates.env.filters["property_badges"] = _badges
+    links.install(templates.env)
 
 
 def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
@@ -102,20 +137,36 @@ async def page_leaderboard(
     proxies, proxy, lb_key, key = await reads.small_read(state, keys)
 
     def build() -> cache.Cached:
+        parts = PageParts("leaderboard")
         board = None
         figure = None
         if proxy:
-            board = reads.leaderboard(
-                state, proxy, group=group or None, properties=wanted, key=lb_key
+            board = parts.build(
+                "the leaderboard",
+                lambda: reads.leaderboard(
+                    state, proxy, group=group or None, properties=wanted, key=lb_key
+                ),
+                None,
             )
-            if board.rows:
-                rows = [r.model_dump() for r in board.rows]
-                figure = plots.to_div(plots.leaderboard_figure(rows, board.objective), "lb-figure")
-        groups = sorted({c.group for c in reads.candidates(state).items if c.group})
+            if board is not None and any(r.ranked for r in board.rows):
+                rows = [r.model_dump() for r in board.rows if r.ranked]
+                figure = parts.build(
+                    "the leaderboard's plot",
+                    lambda: plots.to_div(
+                        plots.leaderboard_figure(rows, board.objective), "lb-figure"
+                    ),
+                    None,
+                )
+        groups = parts.build(
+            "the group filter",
+            lambda: sorted({c.group for c in reads.candidates(state).items if c.group}),
+            [],
+        )
         return cache.html_body(
             _render(
                 request,
                 "leaderboard.html",
+                notices=parts.notices,
                 board=board,
                 proxy=proxy,
                 proxies=proxies,
@@ -137,37 +188,88 @@ def page_candidates(
     group: GroupQuery = None,
     properties: PropertyQuery = None,
 ) -> Response:
-    listing = reads.candidates(
-        state, group=group or None, properties=[p for p in properties or [] if p]
+    parts = PageParts("candidates")
+    listing = parts.build(
+        "the candidates",
+        lambda: reads.candidates(
+            state, group=group or None, properties=[p for p in properties or [] if p]
+        ),
+        {"count": 0, "items": []},
     )
-    return _render(request, "candidates.html", listing=listing, group=group)
+    return _render(request, "candidates.html", notices=parts.notices, listing=listing, group=group)
 
 
-@router.get("/candidates/{name}", response_class=HTMLResponse, name="page_candidate")
+@router.get("/candidates/{name:path}", response_class=HTMLResponse, name="page_candidate")
 def page_candidate(
     request: Request, state: StateDep, _reader: Reader, name: Annotated[str, Path(max_length=300)]
 ) -> Response:
-    """f and f', properties, prescreen (for stored submissions) and results across proxies."""
+    """f and f', properties, prescreen (for stored submissions) and results across proxies.
+
+    A name that resolves to nothing (a stored arm whose candidate was renamed, or a catalog
+    name since retired) still shows its stored results, with a notice saying so."""
+    name = links.name_in_path(request, name)
     security.limit_costly_name(request, name)
-    cand, pub = services.get_candidate_object(state, name)
-    plot = services.candidate_plot(cand)
+    parts = PageParts("candidate")
+    try:
+        cand, pub = services.get_candidate_object(state, name)
+    except ApiError as exc:
+        if exc.status_code not in (404, 422):
+            raise
+        results = parts.build(
+            "its results across proxies", lambda: reads.candidate_results(state, name), []
+        )
+        if not results and not parts.notices:
+            raise
+        parts.note(
+            f"This name resolves to no catalog function, formula or stored candidate "
+            f"({exc.message}); what was stored under it is shown."
+        )
+        unresolved = {"name": name, "source": "unresolved", "properties": {}}
+        return _render(
+            request,
+            "candidate.html",
+            notices=parts.notices,
+            candidate=unresolved,
+            figure=None,
+            results=results,
+            prescreen=None,
+        )
     figure = None
+    plot = parts.build("the plot of f and f'", lambda: services.candidate_plot(cand), None)
     if plot is not None:
-        figure = plots.to_div(plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure")
-    results = reads.candidate_results(state, pub.name, pub.fingerprint)
+        figure = parts.build(
+            "the plot of f and f'",
+            lambda: plots.to_div(
+                plots.function_figure(plot.u, plot.f, plot.df, pub.name), "fn-figure"
+            ),
+            None,
+        )
+    results = parts.build(
+        "its results across proxies",
+        lambda: reads.candidate_results(state, pub.name, pub.fingerprint),
+        [],
+    )
+    prescreen = parts.build(
+        "its prescreen",
+        lambda: prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
+        None,
+    )
     return _render(
         request,
         "candidate.html",
+        notices=parts.notices,
         candidate=pub,
         figure=figure,
         results=results,
-        prescreen=prescreens.status(state, state.repo.get_candidate(pub.name), pub.fingerprint),
+        prescreen=prescreen,
     )
 
 
 @router.get("/studies", response_class=HTMLResponse, name="page_studies")
 def page_studies(request: Request, state: StateDep, _reader: Reader) -> Response:
-    return _render(request, "studies.html", studies=services.list_studies(state).items)
+    parts = PageParts("studies")
+    studies = parts.build("the studies", lambda: services.list_studies(state).items, [])
+    return _render(request, "studies.html", notices=parts.notices, studies=studies)
 
 
 def _study_figure(detail: Any) -> Any:
@@ -191,20 +293,44 @@ async def page_study(
     key = reads.derived("page-study", study, str(request.base_url), error)
 
     def build() -> cache.Cached:
-        detail = services.get_study(state, study_id, trials=False)
-        figure = plots.to_div(_study_figure(detail), "study-figure")
+        parts = PageParts("study")
+        detail = parts.build(
+            "the study's cells", lambda: services.get_study(state, study_id, trials=False), None
+        )
+        if detail is None:
+            detail = services.study_without_cells(state, study_id)
+        for what in detail.unreadable:
+            parts.note(f"Could not read this study's stored {what}; it is shown empty.")
+        figure = None
+        if any(c.n for c in detail.cells):
+            figure = parts.build(
+                "the study's plot",
+                lambda: plots.to_div(_study_figure(detail), "study-figure"),
+                None,
+            )
+        elif detail.progress.finished:
+            parts.note("No plot: no trial of this study completed (why, per arm, is below).")
         importance = None
         if detail.generate is not None:
-            fig = plots.importance_figure(detail.generate.get("importance"))
-            importance = plots.to_div(fig, "importance-figure")
+            gen = detail.generate
+            importance = parts.build(
+                "the property importance plot",
+                lambda: plots.to_div(
+                    plots.importance_figure(gen.get("importance")), "importance-figure"
+                ),
+                None,
+            )
         live = detail.status in ("pending", "running", "paused")
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
-        study_fidelity = fidelity.summary(state, study_id=study_id)
+        study_fidelity = parts.build(
+            "the study's fidelity", lambda: fidelity.summary(state, study_id=study_id), None
+        )
         return cache.html_body(
             _render(
                 request,
                 "study.html",
+                notices=parts.notices,
                 study=detail,
                 figure=figure,
                 importance=importance,
@@ -254,16 +380,33 @@ async def page_trial(
 
 
 def _trial_page(request: Request, stored: dict[str, Any]) -> cache.Cached:
-    trial = services.trial_public(stored)
+    parts = PageParts("trial")
+    trial = parts.build(
+        "the trial's curves and diagnostics", lambda: services.trial_public(stored), None
+    )
+    if trial is None:  # what is left without them (a corrupt curve or diagnostic)
+        trial = services.trial_public({**stored, "curves": [], "diagnostics": []})
     curves = [c.model_dump() for c in trial.curves]
     diags = [d.model_dump() for d in trial.diagnostics]
     figures = []
     if curves:
-        figures.append(plots.to_div(plots.curves_figure(curves), "curves-figure"))
+        figures.append(
+            parts.build(
+                "the learning curves",
+                lambda: plots.to_div(plots.curves_figure(curves), "curves-figure"),
+                None,
+            )
+        )
     if diags:
-        figures.append(plots.to_div(plots.alpha_figure(diags), "alpha-figure"))
-        figures.append(plots.to_div(plots.layers_figure(diags), "layers-figure"))
-    return cache.html_body(_render(request, "trial.html", trial=trial, figures=figures))
+        for what, make, div in (
+            ("alpha vs 1/std", plots.alpha_figure, "alpha-figure"),
+            ("the per-layer norms", plots.layers_figure, "layers-figure"),
+        ):
+            figures.append(parts.build(what, lambda m=make, d=div: plots.to_div(m(diags), d), None))
+    figures = [f for f in figures if f is not None]
+    return cache.html_body(
+        _render(request, "trial.html", notices=parts.notices, trial=trial, figures=figures)
+    )
 
 
 @router.get("/fidelity", response_class=HTMLResponse, name="page_fidelity")
@@ -277,22 +420,42 @@ def page_fidelity(
 ) -> Response:
     """A proxy's (or study's) fidelity to a reference set: per setting, proxy vs reference
     scatter, rank correlations with bootstrap intervals, published orders, failures."""
+    parts = PageParts("fidelity")
     proxies = services.proxies_with_results(state)
-    references = [r.name for r in fidelity.list_references(state).items]
+    references = parts.build(
+        "the reference sets",
+        lambda: [r.name for r in fidelity.list_references(state).items],
+        [reference],
+    )
     if study_id is None and not proxy:
         proxy = proxies[0] if proxies else None
     report = None
     figures: list[str] = []
     if proxy or study_id is not None:
-        report = fidelity.report(
-            state, proxy=None if study_id is not None else proxy, study_id=study_id,
-            reference=reference,
-        )  # fmt: skip
-        for i, setting in enumerate(report.settings):
-            figures.append(plots.to_div(plots.fidelity_figure(setting), f"fidelity-figure-{i}"))
+        report = parts.build(
+            "the fidelity report",
+            lambda: fidelity.report(
+                state,
+                proxy=None if study_id is not None else proxy,
+                study_id=study_id,
+                reference=reference,
+            ),
+            None,
+        )
+        for i, setting in enumerate(report.settings if report else []):
+            figures.append(
+                parts.build(
+                    f"the plot of {setting.setting}",
+                    lambda s=setting, i=i: plots.to_div(
+                        plots.fidelity_figure(s), f"fidelity-figure-{i}"
+                    ),
+                    "",
+                )
+            )
     return _render(
         request,
         "fidelity.html",
+        notices=parts.notices,
         report=report,
         figures=figures,
         proxy=proxy,

@@ -51,6 +51,7 @@ from normfree.api.services.studies import (
     list_studies,
     list_study_trials,
     study_key,
+    study_without_cells,
     validate_study,
 )
 from normfree.api.services.tokens import create_token, list_tokens, revoke_token
@@ -92,6 +93,7 @@ __all__ = [
     "run_prescreen",
     "run_prescreen_uncached",
     "study_key",
+    "study_without_cells",
     "submit_candidate",
     "trial_public",
     "validate_study",

@@ -16,6 +16,7 @@ from normfree.api.services.candidates import _catalog_public, matches_properties
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 from normfree.specs import BASELINES
+from normfree.workers.errors import public_error
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,6 @@ def leaderboard(
     out: list[S.LeaderboardRow] = []
     objective = next((r.get("objective") for r in rows if r.get("objective")), None)
     direction = next((r.get("direction") for r in rows if r.get("direction")), "maximize")
-    best_rank = rows[0]["rank"] if rows else None
     for r in rows:
         # a filter must see every row's group and properties; a plain board shows what is known
         grp, props = _enrich(r, wait=bool(group or properties))
@@ -103,6 +103,9 @@ def leaderboard(
         out.append(
             S.LeaderboardRow(
                 rank=r["rank"],
+                ranked=r.get("ranked", True),
+                unranked_reason=public_error(r.get("unranked_reason")),
+                failure=public_failure(r.get("failure")),
                 candidate=label,
                 function=r["candidate"],
                 arm_key=r.get("arm_key"),
@@ -116,7 +119,7 @@ def leaderboard(
                 std=r.get("std"),
                 ci_low=r.get("ci_low"),
                 ci_high=r.get("ci_high"),
-                is_best=r["rank"] == best_rank and r.get("mean") is not None,
+                is_best=r["rank"] == 1 and r.get("mean") is not None,
                 indistinguishable=bool(r.get("indistinguishable_from_best", True)),
                 p_vs_best=r.get("p_vs_best"),
                 vs_layernorm=r.get("vs_layernorm"),
@@ -138,8 +141,26 @@ def leaderboard(
         direction=direction,
         filters={k: v for k, v in filters.items() if v},
         fidelity=fid,
+        caveats=_caveats(proxy, out, objective),
         rows=out,
     )
+
+
+def public_failure(found: Mapping[str, Any] | None) -> S.ArmFailure | None:
+    """An arm's failure as the public reads it (hosts masked, ``workers.errors``)."""
+    if not found:
+        return None
+    return S.ArmFailure(
+        reason=public_error(found["reason"]) or "", count=found["count"], failed=found["failed"]
+    )
+
+
+def _caveats(proxy: str, rows: list[S.LeaderboardRow], objective: str | None) -> S.BoardCaveats:
+    """The caveats of the rows shown (``fidelity.caveats.board_caveats``)."""
+    from normfree.fidelity.caveats import board_caveats
+
+    plain = [{"label": r.candidate, "n": r.n, "mean": r.mean, "objective": objective} for r in rows]
+    return S.BoardCaveats(**board_caveats(proxy, plain))
 
 
 def _known_proxy(proxy: str) -> bool:

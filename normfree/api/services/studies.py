@@ -7,15 +7,17 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
-from normfree.api.services.candidates import _resolve_cached
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
-from normfree.specs import BASELINES, StudySpec
+from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
+
+if TYPE_CHECKING:
+    from normfree.search_space.resolver import Stored
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +51,16 @@ def _progress(
 def _study_public(
     state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
 ) -> S.StudyPublic:
+    spec = row["spec"]
+    unreadable = [] if isinstance(spec, Mapping) else ["spec"]  # corrupt: shown empty, named
     return S.StudyPublic(
         id=row["id"],
         kind=row["kind"],
         name=row.get("name"),
         proxy=row["proxy"],
         status=row["status"],
-        spec=row["spec"],
+        spec=spec if isinstance(spec, Mapping) else {},
+        unreadable=unreadable,
         created_at=row.get("created_at"),
         updated_at=row.get("updated_at"),
         progress=_progress(state.repo, row["id"], counts),
@@ -73,61 +78,34 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def validate_study(data: S.StudyCreate) -> StudySpec:
-    """Check a study request against the registries before anything is written (-> 422)."""
+def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySpec:
+    """Check a study request whole before anything is written (-> 422 with every problem):
+    the one validation the CLI and ``driver.create_study`` use too (``workers.validation``),
+    plus the API's size limit. ``stored``: the stored candidates a study may name; the
+    returned spec has them baked in."""
     from normfree.workers import kinds
-    from normfree.workers.proxies import PROXIES
+    from normfree.workers.validation import study_problems
 
     try:
         spec = StudySpec.model_validate(data.model_dump())
     except Exception as exc:
         raise ApiError(422, "invalid_study", str(exc)) from None
-    kind = kinds.get(data.kind)
-    problems: list[str] = []
-    if data.proxy not in PROXIES:
-        problems.append(f"proxy: unknown {data.proxy!r}; choose from {sorted(PROXIES)}")
-    problems += kind.problems(spec)
-    for fn in data.functions:
-        if _resolve_cached(fn) is None and fn not in BASELINES:
-            problems.append(f"functions: unknown function {fn!r} (a catalog name or stored name)")
-    allowed_params = kinds.param_names()
-    unknown = sorted(set(data.params) - allowed_params)
-    if unknown:
-        problems.append(f"params: unknown {unknown}; allowed: {sorted(allowed_params)}")
-    if data.proxy in PROXIES and data.options:
-        from normfree.workers.scheduling import NORM_OPTIONS
-
-        allowed = set(NORM_OPTIONS) | set(PROXIES[data.proxy].config_fields())
-        bad = sorted(set(data.options) - allowed)
-        if bad:
-            problems.append(f"options: unknown {bad}; allowed for {data.proxy}: {sorted(allowed)}")
-    for b in data.baselines:
-        if b not in BASELINES:
-            problems.append(f"baselines: {b!r} is not one of {list(BASELINES)}")
-    if data.transform and data.functions and data.values and not problems:
-        from normfree.workers.scheduling import transform_call
-
-        call = transform_call(data.transform, data.functions[0], data.values[0])
-        if _resolve_cached(call) is None:
-            problems.append(f"transform: {data.transform!r} is not a known transform ({call})")
-    n_trials = 0
+    problems, spec = study_problems(spec, stored)
     if not problems:
-        try:
-            kind.validate(spec)  # generate: its options and constraints
-            n_trials = kind.trial_count(spec)
-        except (ValueError, KeyError) as exc:
-            problems.append(f"params: {exc}")
-    if n_trials > 2000:
-        problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
+        n_trials = kinds.get(spec.kind).trial_count(spec)
+        if n_trials > 2000:
+            problems.append(f"the study has {n_trials} trials; the API's limit is 2000")
     if problems:
         raise ApiError(422, "invalid_study", "; ".join(problems), {"problems": problems})
     return spec
 
 
 def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
-    spec = validate_study(data)
     from normfree.workers.cost import check_study
     from normfree.workers.driver import create_study as engine_create_study
+    from normfree.workers.validation import stored_names
+
+    spec = validate_study(data, stored_names(state.repo))
 
     try:
         estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
@@ -135,7 +113,7 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
         problems = str(exc).split("; ")
         raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
     try:
-        study_id = engine_create_study(spec, settings=state.settings)
+        study_id = engine_create_study(spec, settings=state.settings, validated=True)
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
@@ -161,7 +139,8 @@ def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
-    from normfree.storage import stats
+    from normfree.api.services.leaderboards import public_failure
+    from normfree.storage import failures, stats
     from normfree.storage.leaderboard import arm_text
 
     transform = spec.get("transform")
@@ -194,7 +173,9 @@ def _cells(
                 baseline=baseline,
                 n=summ.n,
                 n_diverged=sum(t["status"] == "DIVERGED" for t in ts),
+                n_failed=sum(t["status"] == "FAILED" for t in ts),
                 n_total=len(ts),
+                failure=public_failure(failures.most_common(ts)),
                 mean=summ.mean,
                 std=summ.std,
                 ci_low=summ.low,
@@ -212,6 +193,13 @@ def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any
 
     report = kinds.get(kind).report(state.store, study_id)
     return None if report is None else finite(report)
+
+
+def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The kind's report under the StudyDetail field named after the kind (generate, search)."""
+    if report is None or kind not in S.StudyDetail.model_fields:
+        return {}
+    return {kind: report}
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
@@ -240,13 +228,17 @@ def _study_cells(
     def build() -> tuple[list[S.StudyCell], Any, Any, Any]:
         from normfree.storage import reads
 
-        fields = ("candidate", "status", "axis_values", "objective", "direction", "value")
+        fields = (
+            "candidate", "status", "axis_values", "objective", "direction", "value", "error",
+            "failure",
+        )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
             # and _cells keeps only finite axis values; walking 1,000 rows cost a third of
             # the build
             trials = reads.study_trial_rows(conn, row["id"], fields)
-        cells, objective, direction = _cells(trials, row["spec"])
+        spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
+        cells, objective, direction = _cells(trials, spec)
         if objective is None:
             try:
                 from normfree.workers.scheduling import objective_of
@@ -277,10 +269,17 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
-        generate=generate,
+        **_kind_fields(row["kind"], generate),
         cells=cells,
         trials=listed,
     )
+
+
+def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
+    """The study, its status and progress without its cells: what a page still shows when the
+    cells cannot be built from its stored trials."""
+    _key, row, counts = study_key(state, study_id)
+    return S.StudyDetail(**_study_public(state, row, counts).model_dump(), cells=[], trials=[])
 
 
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:

@@ -100,7 +100,11 @@ function trialRow(t) {
   link.href = `/trials/${t.id}`;
   link.textContent = String(t.id);
   cell(link, "num");
-  cell(t.candidate);
+  // the candidate's page at its name percent-encoded, as api/links.py builds it
+  const cand = document.createElement("a");
+  cand.href = `/candidates/${encodeURIComponent(t.candidate)}`;
+  cand.textContent = t.candidate;
+  cell(cand);
   cell(String(t.seed), "num");
   const badge = document.createElement("span");
   badge.className = `badge ${STATUS_CLASS[t.status] || "no"}`;

@@ -1,0 +1,51 @@
+"""Where a page links to: the one home of the dashboard's candidate URLs.
+
+A candidate's page is addressed by its name percent-encoded into one path segment
+(``/candidates/u%2F(1%2Babs(u))``), and the route takes the rest of the path (``{name:path}``),
+so a name holding "/", "%", "#", "?", quotes or any unicode reaches the page whole. Templates
+call ``candidate_url(name)``; building the URL with ``url_for('page_candidate', ...)`` instead
+would leave "/" and "?" unescaped (and used to answer 500 for any ratio formula).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, unquote
+
+from jinja2 import pass_context
+
+
+def candidate_key(name: str) -> str:
+    """``name`` as one URL path segment: every character outside [A-Za-z0-9_.~-] escaped."""
+    return quote(str(name), safe="")
+
+
+def candidate_url(request: Any, name: str) -> str:
+    """The absolute URL of ``name``'s candidate page (under the app's root path)."""
+    return f"{request.url_for('page_candidates')}/{candidate_key(name)}"
+
+
+def name_in_path(request: Any, decoded: str) -> str:
+    """The candidate name of a ``/candidates/...`` request, decoded exactly once.
+
+    Read from the raw path when the server gives one: a name holding a literal "%25" must not
+    be decoded twice (Starlette's test client decodes the path twice; uvicorn once). Without a
+    raw path, the router's ``decoded`` parameter is all there is.
+    """
+    raw = request.scope.get("raw_path")
+    if not raw:
+        return decoded
+    _, sep, rest = raw.decode("latin-1").partition("/candidates/")
+    if not sep:
+        return decoded
+    return unquote(rest.split("?", 1)[0], encoding="utf-8", errors="replace")
+
+
+@pass_context
+def _candidate_url_in_template(context: Any, name: str) -> str:
+    return candidate_url(context["request"], name)
+
+
+def install(env: Any) -> None:
+    """Make ``candidate_url(name)`` callable from every template of ``env``."""
+    env.globals["candidate_url"] = _candidate_url_in_template

@@ -1,0 +1,91 @@
+"""Verdicts carry their caveats (issue 24, point 4) and a search says what it never tried
+(point 5), over REST and on the pages."""
+
+from __future__ import annotations
+
+from normfree.specs import StudySpec, TrialResult
+from normfree.testing.seeding import Seeded
+from normfree.workers.driver import StudyDriver, create_study
+from tests.api.conftest import Api
+
+
+def test_a_two_seed_board_on_a_smoke_preset_says_provisional_and_uncalibrated(
+    api: Api, seeded: Seeded
+) -> None:
+    board = api.client.get(f"/api/leaderboards/vit-tiny?study_id={seeded.study_id}").json()
+    cav = board["caveats"]
+    # two seeds per arm, one diverged in one cell: an arm ranks on one seed
+    assert cav["provisional"] and cav["fewest_seeds"] == 1 and cav["min_seeds"] == 3
+    assert not cav["calibrated"] and cav["calibration"] is None
+    assert any("provisional" in n for n in cav["notes"])
+    assert board["fidelity"]["headline"].startswith("no fidelity headline")
+    page = api.client.get("/?proxy=vit-tiny").text
+    assert 'id="board-caveats"' in page and "provisional ranking" in page
+    assert "not calibrated" in page
+
+
+def test_a_calibrated_board_without_trials_has_no_provisional_warning(api: Api) -> None:
+    board = api.client.get("/api/leaderboards/vit-screen-heldout").json()
+    cav = board["caveats"]
+    assert cav["calibrated"] and "5/5" in cav["calibration"]
+    assert not cav["provisional"] and cav["notes"] == []
+
+
+def _result(value: float) -> TrialResult:
+    return TrialResult(
+        status="complete", metrics={"val_acc": value}, objective="val_acc", direction="maximize"
+    )
+
+
+def test_search_study_says_which_functions_it_never_tried(api: Api) -> None:
+    functions = ["erf", "tanh", "arctan", "isru"]
+    spec = StudySpec(
+        kind="search", proxy="vit-tiny", functions=functions, sampler="tpe", n_trials=3, epochs=1
+    )
+    study_id = create_study(spec, settings=api.settings)
+    driver = StudyDriver(study_id, settings=api.settings)
+    repo = driver.store.repo
+    while driver.kind.refill(driver):  # the driver's loop, each trial 'trained' at once
+        leased = repo.lease_next(study_id, driver.owner, 30.0)
+        if leased is not None:
+            repo.finish_trial(leased.id, driver.owner, leased.attempt, _result(0.5))
+            driver.tell(leased.optuna_number, "COMPLETE", 0.5)
+    repo.set_study_status(study_id, "complete")
+    detail = api.client.get(f"/api/studies/{study_id}").json()
+    search = detail["search"]
+    assert search["never_tried"] == ["isru"] and search["n_trials"] == 3
+    why = {f["function"]: (f["status"], f["reason"]) for f in search["functions"]}
+    assert why["erf"] == ("trained", None)
+    assert why["isru"][0] == "never tried" and "budget exhausted" in why["isru"][1]
+    assert detail["generate"] is None
+    page = api.client.get(f"/studies/{study_id}").text
+    assert 'id="search-coverage"' in page and "Never tried: isru" in page
+    assert "budget exhausted" in page
+
+
+def test_runs_ending_near_chance_are_failures_in_fidelity_on_a_smoke_preset(api: Api) -> None:
+    # vit-tiny's trainer calls every finished run complete (min_learning 0); fidelity must not
+    spec = StudySpec(
+        kind="property",
+        proxy="vit-tiny",
+        seeds=2,
+        functions=["erf"],
+        transform="shift_h",
+        values=[-2.0, 0.0, 2.0],
+        baselines=["layernorm"],
+        epochs=1,
+    )
+    study_id = create_study(spec, settings=api.settings)
+    driver = StudyDriver(study_id, settings=api.settings)
+    repo = driver.store.repo
+    while (leased := repo.lease_next(study_id, "t", 30.0)) is not None:
+        shift = leased.axis_values.get("shift_h")
+        acc = 0.1 if shift in (-2.0, 2.0) else 0.8 + 0.01 * leased.config.seed
+        assert repo.finish_trial(leased.id, "t", leased.attempt, _result(acc))
+    repo.set_study_status(study_id, "complete")
+    rep = api.client.get(f"/api/fidelity?study_id={study_id}").json()
+    cells = {c["cell"]: c["proxy"] for s in rep["settings"] for c in s["cells"]}
+    assert cells["shift_h(erf, 2)"]["failed"] and cells["shift_h(erf, -2)"]["failed"]
+    assert not cells["erf"]["failed"]
+    board = api.client.get(f"/api/leaderboards/vit-tiny?study_id={study_id}").json()
+    assert set(board["caveats"]["near_chance"]) == {"shift_h(erf, -2)", "shift_h(erf, 2)"}

@@ -20,7 +20,9 @@ Scalar = bool | int | float | str
 
 # ------------------------------------------------------------------------ statuses (one home)
 # A study's status; ``workers.lifecycle`` holds the transitions people ask for.
-StudyStatus = Literal["pending", "running", "paused", "cancelled", "complete", "failed"]
+# "creating": written first while the engine plans the study (its Optuna study, its trials);
+# a study left there by a crash is removed at the next start (workers.driver.recover_creations).
+StudyStatus = Literal["creating", "pending", "running", "paused", "cancelled", "complete", "failed"]
 STUDY_STATUSES: tuple[StudyStatus, ...] = get_args(StudyStatus)
 # A trial row's status in storage (upper case: a TrialResult's own status is lower case).
 TrialRowStatus = Literal[
@@ -51,6 +53,17 @@ NORM_ALIASES: dict[str, dict[str, Any]] = {
     "rms": {"name": "rmsnorm"},
     "none": {"name": "identity"},
 }
+
+
+# Names a user candidate may not take: training (``kernels.create_norm``, ``parse_norm``) and
+# reference cells read these as the operators above whatever is stored under them, and they read
+# them case-insensitively, so they are compared lower-cased (:func:`is_reserved_name`).
+RESERVED_NAMES: frozenset[str] = frozenset(BASELINES) | frozenset(NORM_ALIASES)
+
+
+def is_reserved_name(name: str) -> bool:
+    """Whether ``name`` means a baseline or a paper alias to the readers of names."""
+    return name.strip().lower() in RESERVED_NAMES
 
 
 def expand_alias(name: str, shift: str = "none", formula: str | None = None) -> tuple[str, str]:

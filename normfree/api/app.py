@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from normfree import __version__
-from normfree.api import errors, fastlane, security
+from normfree.api import errors, fastlane, inputs, security
 from normfree.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -38,9 +38,12 @@ API_DESCRIPTION = """\
 normfree measures whether a pointwise function f can replace LayerNorm in a transformer.
 
 * **Reads** (GET) are public unless the server sets `NORMFREE_PUBLIC_READS=false`.
-* **Writes** (POST) need `Authorization: Bearer <token>`; create a token with
-  `normfree token create NAME` (only its hash is stored) and revoke it with
-  `normfree token revoke NAME`. A missing token answers 401, an unknown or revoked one 403.
+* **Writes** (POST, DELETE) need `Authorization: Bearer <token>`; create a token with
+  `normfree token create NAME [--scope read|write|admin]` (only its hash is stored) and revoke
+  it with `normfree token revoke NAME`. A missing token answers 401; an unknown, revoked,
+  expired or read-only one 403.
+* A study or reference set belongs to the token that created it: only that token or an admin
+  token may pause, resume, cancel, replace or delete it (403 otherwise).
 * Every refused request answers `{"error": code, "message": what to fix, "detail": ...}` with a
   4xx status; bodies over `NORMFREE_MAX_REQUEST_BYTES` answer 413.
 """
@@ -116,6 +119,16 @@ def create_app(
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
         ).start()
+        if state.prescreen:
+            from normfree.api import prescreens
+
+            # prescreens a killed server left pending (parsing: off the event loop)
+            threading.Thread(
+                target=_quietly(prescreens.requeue_interrupted),
+                args=(state,),
+                name="normfree-prescreen-requeue",
+                daemon=True,
+            ).start()
         try:
             yield
         finally:
@@ -142,6 +155,8 @@ def create_app(
     pages.install_filters(app.state.templates)
 
     errors.install_error_handlers(app)
+    # Inside the body limit (it buffers a bounded body), outside every route (api.inputs).
+    app.add_middleware(inputs.InputGuard)
     app.add_middleware(errors.BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     # Outermost: the headers reach every answer, the body limit's 413 included.
     app.add_middleware(security.SecurityHeadersMiddleware)
@@ -173,6 +188,18 @@ def create_app(
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app
+
+
+def _quietly(fn: Any) -> Any:
+    """``fn`` for a background thread at start: a failure is logged, never raised."""
+
+    def run(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("%s failed at start", getattr(fn, "__name__", fn))
+
+    return run
 
 
 def _secured(route: fastlane.Direct) -> fastlane.Direct:

@@ -8,6 +8,10 @@ Auth, in one place:
   and stored hashed by the storage layer; the API only ever compares hashes through it.
 - Reads (GET) are public while ``settings.public_reads`` is true (the default); when it is false,
   reads need a valid token too (same 401/403 rules).
+- Scopes (``storage.tokens``): ``read`` < ``write`` < ``admin``. A write with a read-only token
+  answers **403**. A study or reference set belongs to the token that created it: controlling,
+  replacing or deleting it needs that token or an admin one (**403** otherwise,
+  :func:`require_owner`). Create an admin token with ``normfree token create NAME --scope admin``.
 - The dashboard's submit form has a token field (a plain HTML form cannot send a bearer header);
   its page route checks that field with the same :func:`check_token`, so the form and the API
   follow one rule: no valid token, no write. The form never stores the token (not in a cookie,
@@ -23,12 +27,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api.errors import ApiError
+from normfree.api.inputs import MAX_DB_INT
 from normfree.api.services import ServiceState
 from normfree.settings import Settings
+from normfree.storage.tokens import Principal
 
 # The path and query parameters several routes (JSON and pages) take, defined once so that each
 # is validated the same way everywhere.
-MAX_ID = 2**31 - 1  # the database's 32-bit integer keys
+MAX_ID = MAX_DB_INT  # the database's 32-bit integer keys (``api.inputs``)
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 StudyIdQuery = Annotated[int | None, Query(ge=1, le=MAX_ID)]
 GroupQuery = Annotated[str | None, Query(max_length=100)]
@@ -70,21 +76,46 @@ MISSING_TOKEN = (
     "this request needs a token: send 'Authorization: Bearer <token>' "
     "(create one with `normfree token create NAME`)"
 )
-BAD_TOKEN = "the token is unknown or revoked: create a new one with `normfree token create NAME`"
+BAD_TOKEN = (
+    "the token is unknown, revoked or expired: create a new one with `normfree token create NAME`"
+)
 
 
 def _missing_token() -> ApiError:
     return ApiError(401, "unauthorized", MISSING_TOKEN, headers={"WWW-Authenticate": "Bearer"})
 
 
-def check_token(state: ServiceState, token: str | None) -> str:
-    """The token's name, or an ApiError: 401 when absent, 403 when unknown or revoked."""
+def check_principal(state: ServiceState, token: str | None, scope: str = "write") -> Principal:
+    """Who the token is, or an ApiError: 401 when absent, 403 when unknown, revoked, expired or
+    below ``scope``."""
     if not token:
         raise _missing_token()
-    name = state.verify_token(token)
-    if name is None:
+    who = state.principal(token)
+    if who is None:
         raise ApiError(403, "forbidden", BAD_TOKEN)
-    return name
+    if not who.allows(scope):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"token {who.name!r} has scope {who.scope!r}; this request needs {scope!r}",
+        )
+    return who
+
+
+def check_token(state: ServiceState, token: str | None, scope: str = "write") -> str:
+    """The token's name (see :func:`check_principal`)."""
+    return check_principal(state, token, scope).name
+
+
+def require_owner(who: Principal, owner_token_id: int | None, what: str) -> None:
+    """403 unless ``who`` created the row (``owner_token_id``) or is an admin token."""
+    if not who.owns(owner_token_id):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{what} belongs to another token; only the token that created it, or an admin "
+            "token, may change it",
+        )
 
 
 def require_writer(state: StateDep, creds: Credentials) -> str:
@@ -92,12 +123,18 @@ def require_writer(state: StateDep, creds: Credentials) -> str:
     return check_token(state, creds.credentials if creds else None)
 
 
+def require_write_principal(state: StateDep, creds: Credentials) -> Principal:
+    """Writes that create or change owned rows: the token as a :class:`Principal`."""
+    return check_principal(state, creds.credentials if creds else None)
+
+
 async def require_reader(state: StateDep, settings: SettingsDep, creds: Credentials) -> str | None:
-    """Reads: public unless ``public_reads`` is off; then the same rule as writes (the token
-    lookup, a database read, then runs in the thread pool like any blocking call)."""
+    """Reads: public unless ``public_reads`` is off; then any valid token, a read-only one
+    included (the token lookup, a database read, runs in the thread pool like any blocking
+    call)."""
     if settings.public_reads:
         return None
-    return await run_in_threadpool(check_token, state, creds.credentials if creds else None)
+    return await run_in_threadpool(check_token, state, creds.credentials if creds else None, "read")
 
 
 async def writer_token(creds: Credentials) -> str:
@@ -110,5 +147,6 @@ async def writer_token(creds: Credentials) -> str:
 
 
 Writer = Annotated[str, Depends(require_writer)]
+WritePrincipal = Annotated[Principal, Depends(require_write_principal)]
 WriterToken = Annotated[str, Depends(writer_token)]
 Reader = Annotated[str | None, Depends(require_reader)]

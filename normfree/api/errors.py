@@ -157,6 +157,9 @@ async def _api_error_handler(request: Request, exc: Exception) -> Response:
 async def _unexpected_handler(request: Request, exc: Exception) -> Response:
     # A bug, not a bad request: log it with its traceback under a reference id and answer one
     # line with that id, so a report can be matched to the log without leaking internals.
+    # Starlette answers this one from its outermost layer, outside every middleware of ours,
+    # so the security headers are added here (a 500 page is as framable as any other).
+    from normfree.api.security import SECURITY_HEADERS
     from normfree.workers.errors import new_reference
 
     ref = new_reference()
@@ -167,6 +170,7 @@ async def _unexpected_handler(request: Request, exc: Exception) -> Response:
         "internal_error",
         f"internal error (reference {ref}); the details are in the server log",
         {"reference": ref},
+        headers={k.decode(): v.decode() for k, v in SECURITY_HEADERS},
     )
 
 

@@ -17,7 +17,13 @@ from normfree.api import schemas as S
 from normfree.api.errors import ApiError
 from normfree.fidelity.reference import ReferenceError, build_set, from_csv, to_csv
 from normfree.fidelity.report import headline
-from normfree.storage.references import BUILTIN_NAME, ReferenceExists, ReferenceStore
+from normfree.storage.references import (
+    BUILTIN_NAME,
+    ReferenceExists,
+    ReferenceForbidden,
+    ReferenceStore,
+)
+from normfree.storage.tokens import Principal
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +58,15 @@ def import_reference(
     body: bytes,
     content_type: str,
     *,
-    submitter: str,
+    who: Principal,
     name: str | None,
     title: str,
     source: str | None,
     replace: bool,
 ) -> S.ReferenceSetPublic:
     """Validate and store a set sent as JSON (the whole set) or CSV (rows; name and source in
-    the query). 422 with every bad row, 409 when the name exists and ``replace`` is off."""
+    the query), owned by ``who``. 422 with every bad row, 409 when the name exists and
+    ``replace`` is off, 403 when replacing another token's set without an admin token."""
     try:
         if content_type.startswith("text/csv"):
             if not name or not source:
@@ -83,10 +90,26 @@ def import_reference(
     except ReferenceError as exc:
         raise ApiError(422, "invalid_reference", f"reference set refused: {exc}"[:4000]) from None
     try:
-        out = _store(state).put(ref, submitter=submitter, replace=replace)
+        out = _store(state).put(
+            ref, submitter=who.name, replace=replace, owner_token_id=who.id, admin=who.admin
+        )
     except ReferenceExists as exc:
         raise ApiError(409, "conflict", str(exc)) from None
+    except ReferenceForbidden as exc:
+        raise ApiError(403, "forbidden", str(exc)) from None
     return S.ReferenceSetPublic(**out)
+
+
+def delete_reference(state: Any, name: str, who: Principal) -> None:
+    """Remove a set: 404 when none, 409 for the built-in one, 403 for another token's."""
+    try:
+        found = _store(state).delete(name, owner_token_id=who.id, admin=who.admin)
+    except ReferenceExists as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    except ReferenceForbidden as exc:
+        raise ApiError(403, "forbidden", str(exc)) from None
+    if not found:
+        raise ApiError(404, "not_found", f"no reference set {name!r:.200}; see /api/references")
 
 
 def page_url(proxy: str | None, study_id: int | None, reference: str = BUILTIN_NAME) -> str:
@@ -155,6 +178,7 @@ def summary(
 
 
 __all__ = [
+    "delete_reference",
     "get_reference",
     "import_reference",
     "list_references",

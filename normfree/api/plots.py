@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 # One colour per base function / layer, stable across pages (plotly's default qualitative set).
@@ -42,14 +43,57 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
+# Keys whose strings are ours and hold plotly's template syntax and markup on purpose (the
+# ``<br>`` and ``<extra>`` of a hover), or are a theme: never user text, never escaped.
+_MARKUP_KEYS = frozenset({"hovertemplate", "texttemplate", "template"})
+
+
+def plain(text: str) -> str:
+    """``text`` shown as itself by plotly, whose labels accept a subset of HTML (``<a href>``,
+    ``<span style>``, ``<b>``, ``<br>``) and entities: ``&``, ``<`` and ``>`` become entities,
+    which plotly draws as the characters. A reference setting or a candidate label is text."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _plain_strings(value: Any, key: str = "") -> Any:
+    """Every string in a figure's dict escaped with :func:`plain`, except under
+    :data:`_MARKUP_KEYS` (labels, hovers, tick labels, titles and annotations alike: a colour or
+    a mode has no ``<&>``, so escaping it changes nothing)."""
+    if key in _MARKUP_KEYS:
+        return value
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {k: _plain_strings(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_strings(v) for v in value]
+    if getattr(value, "dtype", None) is not None and value.dtype.kind in "OUS":  # numpy text
+        return [_plain_strings(v) for v in value.tolist()]
+    return value
+
+
+def plain_figure(fig: go.Figure) -> dict[str, Any]:
+    """The figure as plotly's dict with every label plain text: the one way a figure leaves
+    this module for a page (:func:`to_div`, :func:`to_json`)."""
+    return _plain_strings(fig.to_plotly_json())
+
+
 def to_div(fig: go.Figure, div_id: str) -> str:
     """The figure as a <div> plus the script that draws it (plotly.js loaded by the page)."""
-    return fig.to_html(
+    return pio.to_html(
+        plain_figure(fig),
         full_html=False,
         include_plotlyjs=False,
         div_id=div_id,
         config={"displaylogo": False, "responsive": True},
+        validate=False,
     )
+
+
+def to_json(fig: go.Figure) -> str:
+    """The figure as plotly JSON (a page's live refresh), its labels plain text as in
+    :func:`to_div`."""
+    return pio.to_json(plain_figure(fig), validate=False)
 
 
 def function_figure(u: Sequence[float], f: Sequence[float], df: Sequence[float], name: str):
@@ -143,7 +187,8 @@ def study_figure(
                 line={"color": PALETTE[i % len(PALETTE)]},
                 error_y={"type": "data", "array": err_hi, "arrayminus": err_lo, "visible": True},
                 text=[f"n={c.get('n', 0)}, diverged={c.get('n_diverged', 0)}" for c in rows],
-                hovertemplate=f"{function} @ %{{x}}: %{{y:.4g}} (%{{text}})<extra></extra>",
+                customdata=[function] * len(rows),  # a label is data, never template text
+                hovertemplate="%{customdata} @ %{x}: %{y:.4g} (%{text})<extra></extra>",
                 connectgaps=False,
             )
         )
@@ -278,10 +323,8 @@ def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
                 name=layer,
                 line={"color": PALETTE[i % len(PALETTE)]},
                 marker={"size": [4 + 6 * (k == len(pts) - 1) for k in range(len(pts))]},
-                text=[f"epoch {p[2]}" for p in pts],
-                hovertemplate=(
-                    f"{layer} %{{text}}: 1/std=%{{x:.3g}}, alpha=%{{y:.3g}}<extra></extra>"
-                ),
+                text=[f"{layer} epoch {p[2]}" for p in pts],
+                hovertemplate="%{text}: 1/std=%{x:.3g}, alpha=%{y:.3g}<extra></extra>",
             )
         )
     if xs_all:

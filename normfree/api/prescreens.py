@@ -8,6 +8,10 @@ function (it is deterministic, cached per fingerprint), else ``202 Accepted`` wi
 one background thread (one at a time: each is seconds of CPU; more would only queue). Its result
 is written on the stored candidate (``candidates.prescreen``), so any API process shows it, and
 kept in this process's cache for later submissions of the same function.
+
+A stored candidate's prescreen is written ``pending`` with the row itself, so a server killed
+before the prescreen ended leaves it visibly unfinished: the next start re-queues every such
+prescreen (:func:`requeue_interrupted`), and resubmitting the formula asks for it again.
 """
 
 from __future__ import annotations
@@ -94,6 +98,36 @@ def status(state: services.ServiceState, stored: dict[str, Any] | None, fingerpr
         if fingerprint in _PENDING:
             return pending()
     return None
+
+
+def requeue_interrupted(state: services.ServiceState) -> list[str]:
+    """Start again every stored prescreen left ``pending`` (by a process that died before it
+    ended); returns the candidates' names. Runs at a server's start, off the event loop."""
+    from normfree.search_space import ExpressionError, parse
+
+    names: list[str] = []
+    for row in state.repo.list_candidates():
+        stored = row.get("prescreen")
+        if not (isinstance(stored, dict) and stored.get("status") == "pending"):
+            continue
+        name = str(row["name"])
+        with _LOCK:
+            running = any(name in waiting for _f, waiting in _PENDING.values())
+        if running:
+            continue
+        try:
+            cand = parse(str(row.get("formula") or ""), name=name)
+        except (ExpressionError, RecursionError, ValueError) as exc:
+            failed = S.PrescreenPublic(
+                ok=False, status="failed", proxy=services.PRESCREEN_PROXY, error=str(exc)[:500]
+            )
+            _store(state, name, failed)
+            continue
+        request(state, cand, name)
+        names.append(name)
+    if names:
+        log.info("re-queued %d interrupted prescreens: %s", len(names), ", ".join(names[:20]))
+    return names
 
 
 def wait_idle(timeout: float = 120.0) -> bool:

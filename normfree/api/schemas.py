@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from normfree.specs import StudyKind
 
+# Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
 
 
@@ -447,6 +448,13 @@ class Version(_Out):
 
 
 # ------------------------------------------------------------------------------------ references
+
+
+class ReferenceSetDeleted(_Out):
+    """The answer to deleting a reference set."""
+
+    name: str
+    deleted: bool = True
 
 
 class ReferenceSetPublic(_Out):

@@ -63,9 +63,13 @@ def serve(
         )
     app = create_app(settings, run_studies=run_studies, freeze_heap=True) if workers == 1 else None
     if app is None:
-        from normfree.api.services import open_repository
+        from normfree import storage
+        from normfree.api.services.state import recover_at_start
 
-        open_repository(settings).db.dispose()  # migrate once, before the processes start
+        # migrate and recover interrupted creations once, before the processes start
+        store = storage.open(settings, optuna=False)
+        recover_at_start(store)
+        store.close()
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     click.echo(
         f"normfree dashboard: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)"
@@ -98,13 +102,27 @@ def _repository():
 
 @token.command("create")
 @click.argument("name")
+@click.option(
+    "--scope",
+    type=click.Choice(["read", "write", "admin"]),
+    default="write",
+    show_default=True,
+    help="read: reads when they are private; write: also submit, and control what it created; "
+    "admin: also control, replace or delete what any token created.",
+)
+@click.option(
+    "--expires-days",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Refuse the token after this many days (default: never).",
+)
 @json_option
-def token_create(name: str, as_json: bool) -> None:
-    """Create a write token NAME and print it (once)."""
+def token_create(name: str, scope: str, expires_days: float | None, as_json: bool) -> None:
+    """Create a token NAME (write scope unless --scope) and print it (once)."""
     from normfree.api.services import create_token
 
     try:
-        plaintext = create_token(_repository(), name)
+        plaintext = create_token(_repository(), name, scope=scope, expires_days=expires_days)
     except ValueError as exc:
         fail(str(exc), as_json)
 
@@ -116,7 +134,7 @@ def token_create(name: str, as_json: bool) -> None:
             err=True,
         )
 
-    emit({"name": name, "token": plaintext}, as_json, human)
+    emit({"name": name, "token": plaintext, "scope": scope}, as_json, human)
 
 
 @token.command("revoke")
@@ -144,6 +162,9 @@ def token_list(as_json: bool) -> None:
             click.echo("no tokens; create one with `normfree token create NAME`")
         for r in items:
             state = "revoked" if r.get("revoked_at") else "active"
-            click.echo(f"{r['name']}\t{state}\tcreated {r.get('created_at')}")
+            expiry = f"\texpires {r['expires_at']}" if r.get("expires_at") else ""
+            click.echo(
+                f"{r['name']}\t{r.get('scope')}\t{state}\tcreated {r.get('created_at')}{expiry}"
+            )
 
     emit(rows, as_json, human)

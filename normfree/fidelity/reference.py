@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from normfree import csvsafe
 from normfree.specs import BASELINES, expand_alias
 
 Family = Literal["vit", "dit"]
@@ -37,7 +38,7 @@ MetricKind = Literal["accuracy", "fid", "loss", "train_loss"]
 Direction = Literal["maximize", "minimize"]
 Shift = Literal["none", "scalar", "channel"]
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")  # whole names only: fullmatch
 MAX_ROWS = 5000
 CSV_COLUMNS = (
     "setting",
@@ -167,7 +168,7 @@ class ReferenceSet(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(
                 "a reference set name is 1-100 characters of a-z, 0-9, '-', '_' and '.', "
                 "starting with a letter or digit"
@@ -290,7 +291,7 @@ _FALSE = ("", "0", "false", "no", "n")
 
 def _row_from_csv(rec: dict[str, str]) -> dict[str, Any]:
     """One CSV record as ReferenceRow fields. ``value`` may be a number or ``failed``."""
-    get = {k: (rec.get(k) or "").strip() for k in CSV_COLUMNS}
+    get = {k: csvsafe.uncell((rec.get(k) or "").strip()) for k in CSV_COLUMNS}
     failed_text = get["failed"].lower()
     if failed_text not in _TRUE + _FALSE:
         raise ValueError(f"failed must be true or false, got {get['failed']!r}")
@@ -340,6 +341,9 @@ def from_csv(text: str, *, name: str, source: str, title: str = "", description:
     """
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     header = [h.strip() for h in (reader.fieldnames or [])]
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:  # csv.DictReader keeps the last of two equal columns: refuse, lose nothing
+        raise ReferenceError(f"CSV header: the columns {repeated} appear more than once")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     unknown = [c for c in header if c not in CSV_COLUMNS]
     if missing or unknown:
@@ -393,21 +397,23 @@ def to_csv(ref: ReferenceSet) -> str:
     for r in ref.rows:
         point = r.value_low is not None and r.value_low == r.value_high
         w.writerow(
-            {
-                "setting": r.setting,
-                "family": r.family,
-                "metric": r.metric,
-                "direction": r.direction,
-                "resolution": f"{r.resolution:g}",
-                "function": r.cell.function,
-                "shift": r.cell.shift,
-                "alpha": "" if r.cell.alpha is None else f"{r.cell.alpha:g}",
-                "value": "failed" if r.failed else (f"{r.value_low:g}" if point else ""),
-                "value_low": "" if point or r.value_low is None else f"{r.value_low:g}",
-                "value_high": "" if point or r.value_high is None else f"{r.value_high:g}",
-                "failed": "true" if r.failed else "false",
-                "note": r.note,
-            }
+            csvsafe.row(
+                {
+                    "setting": r.setting,
+                    "family": r.family,
+                    "metric": r.metric,
+                    "direction": r.direction,
+                    "resolution": f"{r.resolution:g}",
+                    "function": r.cell.function,
+                    "shift": r.cell.shift,
+                    "alpha": "" if r.cell.alpha is None else f"{r.cell.alpha:g}",
+                    "value": "failed" if r.failed else (f"{r.value_low:g}" if point else ""),
+                    "value_low": "" if point or r.value_low is None else f"{r.value_low:g}",
+                    "value_high": "" if point or r.value_high is None else f"{r.value_high:g}",
+                    "failed": "true" if r.failed else "false",
+                    "note": r.note,
+                }
+            )
         )
     return out.getvalue()
 

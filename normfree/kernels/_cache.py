@@ -29,6 +29,7 @@ from types import ModuleType
 from filelock import FileLock
 
 from normfree.kernels._codegen import GENERATOR_VERSION
+from normfree.private import FILE_MODE, make_private, private_dir
 
 _modules: dict[Path, ModuleType] = {}
 _lock = threading.Lock()
@@ -54,8 +55,8 @@ def create_once(path: Path, write: Callable[[Path], None]) -> None:
     """
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    private_dir(path.parent)  # code this process loads: this user's only (normfree.private)
+    with FileLock(str(path) + ".lock", mode=FILE_MODE):
         if path.exists():  # another process made it meanwhile
             return
         fd, name = tempfile.mkstemp(dir=path.parent, suffix=path.suffix + ".tmp")
@@ -66,6 +67,7 @@ def create_once(path: Path, write: Callable[[Path], None]) -> None:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        make_private(tmp)  # a compiler writes its own output with its own mode
         os.replace(tmp, path)
 
 

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from normfree.kernels._cache import _slug, create_once
 from normfree.kernels._options import KernelOptions
+from normfree.private import private_file
 
 # Below this many elements a call runs on the calling thread: the pool hand-off (~20-50 us)
 # costs more than the split saves (the default ViT proxy's norm calls are ~70k elements).
@@ -118,7 +119,7 @@ def build(name: str, source: str, options: KernelOptions) -> NativeKernels:
 
 def _compile(cc: str, source: str, src_path: Path, out: Path) -> None:
     """Write ``source`` to ``src_path`` (kept for inspection) and compile it into ``out``."""
-    src_path.write_text(source)
+    private_file(src_path).write_text(source)
     cmd = [cc, *compile_flags(), str(src_path), "-o", str(out), *link_flags()]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -21,6 +21,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from normfree.private import private_file
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -103,8 +105,7 @@ def write_json(path: Path, value: Any) -> None:
     NaN and inf are written JSON5-style, and :func:`read_json` reads them back.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = private_file(path.with_suffix(f".{os.getpid()}.tmp"))
         tmp.write_text(json.dumps(value))
         tmp.replace(path)
     except OSError:

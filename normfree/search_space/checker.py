@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from normfree.private import private_dir
 from normfree.search_space import catalog_index, checks
 from normfree.search_space._syntax import parse_tree
 from normfree.search_space.errors import ExpressionError
@@ -204,7 +205,7 @@ def _start(sock: Path, key: str, deadline: float) -> socket.socket | None:
     """Start a checker for ``key`` (``serve`` in a detached child) and connect to it."""
     import subprocess
 
-    sock.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(sock.parent)
     root = os.fspath(Path(__file__).resolve().parents[2])  # the folder that holds this normfree
     boot = f"import sys; sys.path.insert(0, {root!r}); from {__name__} import main; main()"
     with open(sock.with_suffix(".log"), "ab") as log:
@@ -290,7 +291,7 @@ def serve(key: str) -> int:
     if catalog_index.index_key() != key:
         return WRONG_KEY
     sock = socket_path(key)
-    sock.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(sock.parent)
     lock = open(sock.with_suffix(".lock"), "a")  # noqa: SIM115 (held for the checker's life)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -143,7 +143,7 @@ def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
 
 def _study_dict(row: StudyRow) -> dict[str, Any]:
     return {
-        **_columns(row, "id kind name proxy spec status optuna_study_name"),
+        **_columns(row, "id kind name proxy spec status optuna_study_name owner_token_id"),
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
     }

@@ -6,10 +6,12 @@ Part of :class:`normfree.storage.Repository` (see ``storage/repository.py`` for 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from normfree.storage import aggregates
 from normfree.storage import leaderboard as boards
@@ -30,6 +32,27 @@ from normfree.storage.models import (
 def _by_name() -> Any:
     t = CandidateRow.__table__
     return select(t).where(t.c.name == bindparam("name"))
+
+
+@functools.cache
+def _by_canonical_key() -> Any:
+    t = CandidateRow.__table__
+    return select(t).where(t.c.canonical_key == bindparam("key"))
+
+
+def canonical_key(canonical: str) -> str:
+    """The unique key of a canonical form (``candidates.canonical_key``): its SHA-256, since
+    canonical forms can be longer than an index entry may be."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class CandidateConflict(ValueError):
+    """A claim lost: ``field`` is ``"name"`` (the name is stored, ``existing`` is that row) or
+    ``"canonical"`` (the function is stored under another name, ``existing``)."""
+
+    def __init__(self, field: str, existing: dict[str, Any]) -> None:
+        self.field, self.existing = field, existing
+        super().__init__(f"{field} already claimed by {existing.get('name')!r}")
 
 
 class CandidateRepository(RepositoryBase):
@@ -73,6 +96,62 @@ class CandidateRepository(RepositoryBase):
             cid = int(s.execute(stmt).scalar_one())
             aggregates.bump(s, "candidates")  # leaderboards and lists show group and properties
             return cid
+
+    def claim_candidate(
+        self,
+        candidate: Any,
+        submitter: str | None = None,
+        *,
+        prescreen: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Store a new candidate with one INSERT under the unique name and canonical key;
+        returns its id, or raises :class:`CandidateConflict` naming the row that holds either.
+
+        Why not read then upsert: two racers both read "absent" and both upserted, each told it
+        created the name. The database's unique constraints decide instead, on every backend.
+        ``prescreen`` (e.g. ``{"status": "pending"}``) is written in the same insert, so a
+        prescreen interrupted by a crash is visible at the next start and re-queued.
+        """
+        name = _field(candidate, "name")
+        canonical = _field(candidate, "canonical")
+        if not name or not canonical:
+            raise ValueError("a claimed candidate needs a name and a canonical form")
+        values = {
+            "name": str(name),
+            "formula": _field(candidate, "formula"),
+            "canonical": str(canonical),
+            "canonical_key": canonical_key(str(canonical)),
+            "fingerprint": _field(candidate, "fingerprint"),
+            "properties": _jsonable(_field(candidate, "properties")) or {},
+            "lineage": _jsonable(_field(candidate, "lineage")) or {},
+            "group": _field(candidate, "group"),
+            "citation": _field(candidate, "citation"),
+            "submitter": submitter,
+            "created_at": utcnow(),
+            "prescreen": _jsonable(dict(prescreen)) if prescreen is not None else None,
+        }
+        for key in ("formula", "fingerprint", "group", "citation"):
+            if values[key] is not None:
+                values[key] = str(values[key])
+        try:
+            with self.db.session() as s:
+                cid = int(
+                    s.execute(
+                        insert(CandidateRow).values(**values).returning(CandidateRow.id)
+                    ).scalar_one()
+                )
+                aggregates.bump(s, "candidates")
+                return cid
+        except IntegrityError:
+            pass  # the winner has committed (a unique check waits for it): read which one won
+        held = self.get_candidate(values["name"])
+        if held is not None:
+            raise CandidateConflict("name", held)
+        with self.db.read_one() as conn:
+            row = conn.execute(_by_canonical_key(), {"key": values["canonical_key"]}).first()
+        if row is not None:
+            raise CandidateConflict("canonical", _candidate_dict(row))
+        raise RuntimeError(f"storing candidate {values['name']!r} failed and no row holds it")
 
     def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool:
         """Record a stored candidate's prescreen (its status and result); False if none is named

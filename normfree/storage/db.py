@@ -32,6 +32,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from normfree.private import private_file
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 # How long an SQLite writer waits for the lock before giving up (milliseconds).
@@ -138,7 +140,9 @@ class Database:
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
             kwargs["json_deserializer"] = tolerant_json_loads  # JSONB cannot hold non-JSON
             if db and db != ":memory:" and not db.startswith("file:"):
-                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                # 0600 before SQLite opens it (its -wal/-shm take the same mode): token hashes
+                # and private error texts are this user's only (normfree.private)
+                private_file(db)
                 kwargs.update(pooled)  # in-memory databases keep one connection per thread
         else:
             kwargs.update(pooled)
@@ -291,9 +295,16 @@ def _server_url(url: str) -> Any:
 def ensure_database(url: str) -> bool:
     """Create the database ``url`` names if it is a missing PostgreSQL database.
 
-    Returns True when it created one. SQLite files are created on first connect: nothing to do.
+    Returns True when it created one. A missing SQLite file is created empty and 0600 (SQLite
+    would create it 0644 on first connect; Optuna's sibling file goes through here) and the
+    answer stays False: SQLite needs nothing else.
     """
     sa_url = make_url(normalize_url(url))
+    if sa_url.get_backend_name() == "sqlite":
+        db = sa_url.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            private_file(db)
+        return False
     if sa_url.get_backend_name() != "postgresql":
         return False
     name = sa_url.database

@@ -115,6 +115,10 @@ class CandidateRow(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     formula: Mapped[str | None] = mapped_column(Text)
     canonical: Mapped[str | None] = mapped_column(Text)
+    # SHA-256 of ``canonical``, unique: a submission claims its function with one INSERT, so two
+    # names for one formula cannot both be stored (storage.candidates.claim_candidate). NULL for
+    # rows written by the catalog and generate paths (upsert), and for pre-0009 duplicates.
+    canonical_key: Mapped[str | None] = mapped_column(String(64), unique=True, index=True)
     # Hash of values on a probe grid: two names with one fingerprint are the same function.
     fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
     properties: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -140,6 +144,9 @@ class StudyRow(Base):
     spec: Mapped[dict[str, Any]] = mapped_column()
     status: Mapped[str] = mapped_column(String(20), default="pending")
     optuna_study_name: Mapped[str | None] = mapped_column(String(200), unique=True)
+    # The API token that created it (api_tokens.id): only it or an admin token may control it.
+    # NULL: made by the CLI or before migration 0009 (admin tokens only, through the API).
+    owner_token_id: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -316,9 +323,11 @@ class ApiTokenRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # One of "read" < "write" < "admin" (a list for history: the highest one counts).
     scopes: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column()
+    expires_at: Mapped[datetime | None] = mapped_column()  # NULL: never
 
 
 class ReferenceSetRow(Base):
@@ -333,6 +342,8 @@ class ReferenceSetRow(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     builtin: Mapped[bool] = mapped_column(Boolean, default=False)
     submitter: Mapped[str | None] = mapped_column(String(200))
+    # The API token that imported it: only it or an admin token may replace or delete it.
+    owner_token_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     rows: Mapped[list[ReferenceEntryRow]] = relationship(

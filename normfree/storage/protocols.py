@@ -22,6 +22,14 @@ class CandidateStore(Protocol):
 
     def upsert_candidate(self, candidate: Any, submitter: str | None = None) -> int: ...
 
+    def claim_candidate(
+        self,
+        candidate: Any,
+        submitter: str | None = None,
+        *,
+        prescreen: Mapping[str, Any] | None = None,
+    ) -> int: ...
+
     def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool: ...
 
     def get_candidate(self, name: str) -> dict[str, Any] | None: ...
@@ -35,7 +43,18 @@ class CandidateStore(Protocol):
 class StudyStore(Protocol):
     """Studies: create, read, list, status, progress."""
 
-    def create_study(self, spec: StudySpec, *, optuna_study_name: str | None = None) -> int: ...
+    def create_study(
+        self,
+        spec: StudySpec,
+        *,
+        optuna_study_name: str | None = None,
+        status: str = "pending",
+        owner_token_id: int | None = None,
+    ) -> int: ...
+
+    def finish_creation(self, study_id: int) -> bool: ...
+
+    def delete_study(self, study_id: int) -> None: ...
 
     def get_study(self, study_id: int) -> dict[str, Any] | None: ...
 
@@ -110,11 +129,15 @@ class TrialLedger(Protocol):
 class TokenStore(Protocol):
     """API write tokens (stored hashed)."""
 
-    def create_token(self, name: str, scopes: Sequence[str] = ("write",)) -> str: ...
+    def create_token(
+        self, name: str, scopes: Sequence[str] = ("write",), *, expires_at: datetime | None = None
+    ) -> str: ...
 
     def verify_token(self, plaintext: str, scope: str | None = None) -> bool: ...
 
     def token_name(self, plaintext: str, scope: str | None = None) -> str | None: ...
+
+    def token_principal(self, plaintext: str) -> Any: ...
 
     def revoke_token(self, name: str) -> bool: ...
 

@@ -37,6 +37,12 @@ class ReferenceExists(ValueError):
     """A reference set of that name is stored already (pass replace=True to overwrite)."""
 
 
+class ReferenceForbidden(PermissionError):
+    """The set belongs to another token (or is built in): the caller may not replace or delete
+    it. Only its owner or an admin may; a set with no owner (imported before migration 0009 or
+    by the CLI) only an admin."""
+
+
 def _set_dict(row: ReferenceSetRow, n_rows: int, settings: list[str]) -> dict[str, Any]:
     return {
         "name": row.name,
@@ -49,6 +55,15 @@ def _set_dict(row: ReferenceSetRow, n_rows: int, settings: list[str]) -> dict[st
         "n_rows": n_rows,
         "settings": settings,
     }
+
+
+def _check_owner(row: ReferenceSetRow, owner_token_id: int | None, admin: bool) -> None:
+    if admin or (row.owner_token_id is not None and row.owner_token_id == owner_token_id):
+        return
+    raise ReferenceForbidden(
+        f"reference set {row.name!r} belongs to another token; only the token that imported "
+        "it, or an admin token, may replace or delete it"
+    )
 
 
 def _row_values(set_id: int, position: int, r: ReferenceRow) -> dict[str, Any]:
@@ -128,11 +143,15 @@ class ReferenceStore:
         submitter: str | None = None,
         replace: bool = False,
         builtin: bool = False,
+        owner_token_id: int | None = None,
+        admin: bool = True,
     ) -> dict[str, Any]:
         """Store ``ref`` (validated) in one transaction; returns its summary.
 
         ``ReferenceExists`` when the name is taken and ``replace`` is False; the built-in set
-        can only be replaced by :meth:`ensure_builtin`.
+        can only be replaced by :meth:`ensure_builtin`. ``owner_token_id``: the token importing
+        it (recorded); replacing a set of another token raises ``ReferenceForbidden`` unless
+        ``admin`` (the default: the CLI and internal callers).
         """
         with self.db.session() as s:
             old = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == ref.name))
@@ -143,6 +162,7 @@ class ReferenceStore:
                         + ("" if old.builtin else "; replace it explicitly")
                         + (" (it is built in)" if old.builtin else "")
                     )
+                _check_owner(old, owner_token_id, admin)
                 s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == old.id))
                 s.flush()
             row = ReferenceSetRow(
@@ -152,6 +172,7 @@ class ReferenceStore:
                 description=ref.description,
                 builtin=builtin,
                 submitter=submitter,
+                owner_token_id=owner_token_id,
             )
             s.add(row)
             try:
@@ -163,6 +184,19 @@ class ReferenceStore:
                 [_row_values(row.id, i, r) for i, r in enumerate(ref.rows)],
             )
             return _set_dict(row, len(ref.rows), ref.settings())
+
+    def delete(self, name: str, *, owner_token_id: int | None = None, admin: bool = True) -> bool:
+        """Remove a set and its rows; False when there is none. The built-in set cannot be
+        removed (``ReferenceExists``), another token's only by an admin (``ReferenceForbidden``)."""
+        with self.db.session() as s:
+            old = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
+            if old is None:
+                return False
+            if old.builtin:
+                raise ReferenceExists(f"reference set {name!r} is built in; it cannot be deleted")
+            _check_owner(old, owner_token_id, admin)
+            s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == old.id))
+            return True
 
     def ensure_builtin(self) -> None:
         """Store the built-in set, or refresh it when the code's rows changed (idempotent)."""
@@ -218,17 +252,6 @@ class ReferenceStore:
                 )
             )
             return [_set_dict(r, counts.get(r.id, 0), settings.get(r.id, [])) for r in rows]
-
-    def delete(self, name: str) -> bool:
-        """Remove a user's set (the built-in set cannot be deleted); True if one was removed."""
-        with self.db.session() as s:
-            row = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
-            if row is None:
-                return False
-            if row.builtin:
-                raise ValueError(f"reference set {name!r} is built in and cannot be deleted")
-            s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == row.id))
-            return True
 
     # ----------------------------------------------------------------------- fidelity inputs
     def proxy_trials(

@@ -30,19 +30,31 @@ class StudyRepository(RepositoryBase):
 
     # -- studies -----------------------------------------------------------------------------
 
-    def create_study(self, spec: StudySpec, *, optuna_study_name: str | None = None) -> int:
-        """Store a new study (status ``pending``); returns its id.
+    def create_study(
+        self,
+        spec: StudySpec,
+        *,
+        optuna_study_name: str | None = None,
+        status: str = "pending",
+        owner_token_id: int | None = None,
+    ) -> int:
+        """Store a new study (status ``pending``, or ``creating`` while the engine writes its
+        Optuna study and trials: ``workers.driver.create_study``); returns its id.
 
-        Its Optuna study name defaults to ``normfree-study-<id>``.
+        Its Optuna study name defaults to ``normfree-study-<id>``. ``owner_token_id``: the API
+        token that created it (only it or an admin may control it).
         """
+        if status not in STUDY_STATUSES:
+            raise ValueError(f"unknown study status {status!r}")
         with self.db.session() as s:
             row = StudyRow(
                 kind=spec.kind,
                 name=spec.name,
                 proxy=spec.proxy,
                 spec=spec.model_dump(mode="json"),
-                status="pending",
+                status=status,
                 optuna_study_name=optuna_study_name,
+                owner_token_id=owner_token_id,
             )
             s.add(row)
             s.flush()
@@ -55,6 +67,17 @@ class StudyRepository(RepositoryBase):
         with self.db.session() as s:
             s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
             s.execute(delete(StudyRow).where(StudyRow.id == study_id))
+
+    def finish_creation(self, study_id: int) -> bool:
+        """``creating`` -> ``pending`` in one UPDATE (the commit that makes a new study whole);
+        False when the study is no longer ``creating`` (a restart removed it)."""
+        with self.db.session() as s:
+            res = s.execute(
+                update(StudyRow)
+                .where(StudyRow.id == study_id, StudyRow.status == "creating")
+                .values(status="pending", updated_at=utcnow())
+            )
+            return res.rowcount == 1
 
     def get_study(self, study_id: int) -> dict[str, Any] | None:
         """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""

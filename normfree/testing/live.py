@@ -43,6 +43,39 @@ def run_cli(args: list[str], database_url: str, **extra: str) -> subprocess.Comp
 @contextmanager
 def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterator[str]:
     """Start ``normfree serve`` on a free loopback port; yield its printed URL; stop it."""
+    with live_server_process(database_url, *args, timeout=timeout) as (url, _proc):
+        yield url
+
+
+@contextmanager
+def app_server(app: object) -> Iterator[str]:
+    """Serve an app built in this process with a real uvicorn on a free loopback port (real
+    HTTP, real concurrency: many client threads, the server's thread pool); yield its URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")  # type: ignore[arg-type]
+    )
+    thread = threading.Thread(target=server.run, name="normfree-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the in-process server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@contextmanager
+def live_server_process(
+    database_url: str, *args: str, timeout: float = 90.0
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """:func:`live_server`, also yielding the process (a test may kill it mid-write)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -63,8 +96,14 @@ def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterato
     )
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()
-        m = re.search(r"(http://\S+/)", first)
+        # the URL is the first line serve prints; log lines (stderr, merged) may come before it
+        first = ""
+        for _ in range(50):
+            line = proc.stdout.readline()
+            first += line
+            m = re.search(r"(http://\S+/)", line)
+            if m or not line:
+                break
         assert m, f"serve printed no URL: {first!r}"
         url = m.group(1)
         # Keep draining the server's output so a full pipe can never block it.
@@ -80,7 +119,7 @@ def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterato
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"server did not come up: {first}{''.join(log)[-3000:]}")
             time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

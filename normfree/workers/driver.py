@@ -48,7 +48,13 @@ from normfree.workers.kinds.search import REPEAT_OF, answer_repeats
 from normfree.workers.lifecycle import outcome
 from normfree.workers.validation import prepare, stored_names
 
-__all__ = ["DriverSummary", "StudyDriver", "create_study", "optuna_study_name"]
+__all__ = [
+    "DriverSummary",
+    "StudyDriver",
+    "create_study",
+    "optuna_study_name",
+    "recover_creations",
+]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 log = logging.getLogger(__name__)
@@ -81,6 +87,7 @@ def create_study(
     store: TrialStore | None = None,
     validated: bool = False,
     request: bool = False,
+    owner_token_id: int | None = None,
 ) -> int:
     """Record a study, its Optuna study and (grid kinds) all its trials; return its id.
 
@@ -89,6 +96,11 @@ def create_study(
     ``validated``: the caller already did, with this store; ``request``: with the kinds'
     request rules, as REST and the CLI ask) before anything is written: ``StudyInvalid`` (a
     ConfigError) with every problem.
+
+    One recoverable unit: the study row is written first as ``creating``, then its Optuna study
+    and trials, and one UPDATE makes it ``pending``. A failure undoes both stores at once; a
+    process killed in between leaves a ``creating`` study that the next start removes with its
+    Optuna study (:func:`recover_creations`). ``owner_token_id``: the API token creating it.
     """
     settings = settings or get_settings()
     store = store or TrialStore(
@@ -103,18 +115,34 @@ def create_study(
     planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run
     # Two stores (ours and Optuna's) cannot share a transaction: the study is written, and on
     # any failure both are removed again, so a study exists whole or not at all.
-    study_id = store.repo.create_study(spec)
+    study_id = store.repo.create_study(spec, status="creating", owner_token_id=owner_token_id)
     try:
         _load_optuna(store, spec, study_id)
         if planned:
             store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
+        if not store.repo.finish_creation(study_id):
+            raise RuntimeError(f"study {study_id} was removed while it was being created")
     except BaseException:
         _undo_create(store, study_id)
         raise
     return study_id
 
 
-def _undo_create(store: TrialStore, study_id: int) -> None:
+def recover_creations(store: Any) -> list[int]:
+    """Remove every study left ``creating`` by a process killed while creating it, with its
+    trials and its Optuna study; returns their ids. Called once at a server's start (the only
+    moment no creation of this server can be in flight).
+
+    ``store``: a ``storage.Storage`` (its Optuna storage is opened only when there is work).
+    """
+    stuck = [int(r["id"]) for r in store.repo.list_studies(status="creating")]
+    for study_id in stuck:
+        log.warning("removing study %s: its creation was interrupted", study_id)
+        _undo_create(store, study_id)
+    return stuck
+
+
+def _undo_create(store: Any, study_id: int) -> None:
     """Remove a half-created study from both stores (best effort; the error that got us here is
     the one the caller sees)."""
     try:
@@ -318,6 +346,11 @@ class StudyDriver:
         waited = 0.0
         summary = DriverSummary(self.study_id, "running")
         status = self.store.study_status(self.study_id)
+        if status == "creating":  # half planned: running it would run half a study
+            raise RuntimeError(
+                f"study {self.study_id} is still being created (or its creation was cut off: "
+                "the next server start removes it)"
+            )
         if status in ("cancelled", "complete"):
             summary.status = status
             summary.counts = self._progress()

@@ -30,11 +30,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from normfree.private import DIR_MODE, private_dir, private_umask
 
 LOOPBACK = "127.0.0.1"
 _CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -151,13 +155,46 @@ def _keep_sigterm_handler() -> Iterator[None]:
         ray_utils.set_sigterm_handler = original
 
 
+def private_temp_root() -> Path:
+    """The folder the embedded cluster's temp dir lives in: this user's only (0700).
+
+    Ray makes its temp, session, sockets and logs folders 0777 on purpose (shared machines);
+    inside a folder no one else may enter, that sharing reaches no one. A path that exists but is
+    not a folder of this user (someone else made it first) is refused rather than used. Short,
+    under the system temp dir: Ray's socket paths must stay under the 107 bytes of a Unix socket.
+    """
+    root = Path(tempfile.gettempdir()) / f"nf-ray-{os.getuid()}"
+    private_dir(root)
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise RuntimeError(
+            f"{root} exists and is not a folder of this user: remove it (the embedded Ray "
+            "cluster keeps its sockets there, so it must be private)"
+        )
+    os.chmod(root, DIR_MODE)
+    return root
+
+
+def _privatise(root: Path) -> None:
+    """The folders Ray made 0777 under ``root`` back to 0700 (its processes are this user's)."""
+    for folder, subfolders, _files in os.walk(root):
+        for path in (folder, *(os.path.join(folder, d) for d in subfolders)):
+            with contextlib.suppress(OSError):  # a folder Ray removed meanwhile
+                if os.lstat(path).st_mode & 0o077 and not os.path.islink(path):
+                    os.chmod(path, DIR_MODE)
+
+
 def start(**init_kwargs: Any) -> None:
     """``ray.init`` a private local cluster bound to loopback (kwargs go to ``ray.init``)."""
     import ray
 
     before = descendants(os.getpid())
+    root = private_temp_root()
+    init_kwargs.setdefault("_temp_dir", str(root / "ray"))
+    # Umask 077 while Ray starts: the files and sockets it and the processes it spawns (which
+    # inherit the umask) create are private; the folders it makes 0777 are inside ``root``.
     try:
-        with _single_host(), _keep_sigterm_handler():
+        with _single_host(), _keep_sigterm_handler(), private_umask():
             ray.init(address="local", _node_ip_address=LOOPBACK, **init_kwargs)
     finally:
         # Also when ray.init is interrupted (Ctrl-C while it starts): what it started so far
@@ -165,6 +202,7 @@ def start(**init_kwargs: Any) -> None:
         for pid in descendants(os.getpid()) - before:
             if (t := start_time(pid)) is not None:
                 _started[pid] = t
+    _privatise(root)
     _sigterm_exits()
 
 

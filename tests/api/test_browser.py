@@ -206,3 +206,39 @@ def _finish_all(database_url: str, study_id: int) -> None:
             assert repo.finish_trial(leased.id, "browser-test", leased.attempt, result)
     finally:
         db.dispose()
+
+
+def test_plot_labels_render_as_text_in_a_real_browser(tmp_path: Path) -> None:
+    """Issue 28, 6: a label holding plotly's markup (a link, a styled span, bold) is drawn as the
+    characters it holds, with no link or style in the drawn SVG: the escaping renders as text."""
+    _need_chromium()
+    import plotly.graph_objects as go
+    from playwright.sync_api import sync_playwright
+
+    from normfree.api import plots
+    from normfree.api.app import PLOTLY_JS
+
+    hostile = '<a href="https://evil.example">x</a><span style="font-size:90px">y</span><b>z</b>'
+    fig = go.Figure(go.Scatter(x=[hostile, "b"], y=[1, 2], name=hostile, mode="markers"))
+    fig.update_layout(title=hostile, showlegend=True)
+    page_file = tmp_path / "plot.html"
+    page_file.write_text(
+        f"<html><head><script>{PLOTLY_JS.read_text()}</script></head><body>"
+        f"{plots.to_div(fig, 'probe')}</body></html>"
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=shutil.which("chromium") or CHROMIUM, headless=True, args=FLAGS
+        )
+        try:
+            page = browser.new_page()
+            page.goto(page_file.as_uri())
+            page.wait_for_selector("#probe .legendtext")
+            assert page.locator("#probe svg a").count() == 0
+            assert page.locator("#probe svg [style*='font-size:90px']").count() == 0
+            assert page.locator("#probe svg b, #probe svg tspan[style*='bold']").count() == 0
+            legend = page.locator("#probe .legendtext").first.text_content()
+            title = page.locator("#probe .gtitle").first.text_content()
+            assert legend == title == hostile
+        finally:
+            browser.close()

@@ -70,3 +70,16 @@ def test_fidelity_of_a_study(tmp_path: Path) -> None:
     # the seeded study ran 1 epoch: not the preset's setting, so the proxy has no cells yet
     rep = _json("fidelity", "--proxy", "vit-tiny", "--db", db)
     assert rep["summary"]["cells"] == 0
+
+
+def test_show_csv_neutralises_formula_cells(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"name": "mine", "source": "s", "rows": [
+        {"setting": "=cmd|' /C calc'!A0", "family": "vit", "metric": "accuracy",
+         "direction": "maximize", "cell": {"function": "tanh"}, "value_low": -1, "value_high": -1,
+         "note": "@SUM(A1)"}]}))  # fmt: skip
+    assert _json("reference", "import", str(mine), "--db", db)["n_rows"] == 1
+    code, out = _run("reference", "show", "mine", "--csv", "--db", db)
+    row = out.splitlines()[1]
+    assert code == 0 and row.startswith("'=cmd") and ",'@SUM(A1)" in row and ",-1," in row

@@ -46,3 +46,19 @@ def test_token_lifecycle_and_serve(tmp_path: Path) -> None:
 
     again = run_cli(["token", "revoke", "alice"], url)
     assert again.returncode != 0 and "no active token" in again.stderr
+
+
+def test_token_scopes_and_expiry_from_the_cli(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'normfree.db'}"
+    admin = run_cli(["token", "create", "root", "--scope", "admin", "--json"], url)
+    assert admin.returncode == 0, admin.stderr
+    assert json.loads(admin.stdout)["scope"] == "admin"
+    made = run_cli(["token", "create", "brief", "--expires-days", "0.5", "--json"], url)
+    assert made.returncode == 0 and json.loads(made.stdout)["scope"] == "write"
+    bad = run_cli(["token", "create", "x", "--scope", "owner"], url)
+    assert bad.returncode != 0 and "owner" in bad.stderr
+    listed = {t["name"]: t for t in json.loads(run_cli(["token", "list", "--json"], url).stdout)}
+    assert listed["root"]["scope"] == "admin" and listed["root"]["expires_at"] is None
+    assert listed["brief"]["expires_at"] is not None
+    human = run_cli(["token", "list"], url).stdout
+    assert "root\tadmin\tactive" in human

@@ -18,7 +18,7 @@ from normfree.storage import Database, Repository, optuna_storage_url
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
-HEAD = "0008"  # the newest revision
+HEAD = "0009"  # the newest revision
 
 
 def head(db: Database) -> str:
@@ -215,6 +215,38 @@ def test_downgrade_to_base_and_back(database_url: str) -> None:
             conn.commit()
         assert db.current_revision() is None
         assert "trials" not in inspect(db.engine).get_table_names()
+        db.migrate()
+        assert db.current_revision() == HEAD
+    finally:
+        db.dispose()
+
+
+def test_0009_backfills_canonical_keys_and_scopes(database_url: str) -> None:
+    """0009: the oldest row of a canonical form gets the unique key (a later duplicate, stored by
+    the old read-then-upsert race, keeps NULL); a token with no scope gets write."""
+    db = Database(database_url)
+    try:
+        db.migrate("0008")
+        with db.engine.begin() as conn:
+            for name in ("first", "second"):
+                conn.exec_driver_sql(
+                    "INSERT INTO candidates (name, canonical, properties, lineage, created_at) "
+                    f"VALUES ('{name}', 'u/(1 + u**2)', '{{}}', '{{}}', '2026-11-01 12:00:00')"
+                )
+            conn.exec_driver_sql(
+                "INSERT INTO api_tokens (name, token_hash, scopes, created_at) "
+                "VALUES ('old', 'h', '[]', '2026-11-01 12:00:00')"
+            )
+        db.migrate()
+        repo = Repository(db)
+        with db.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT name, canonical_key FROM candidates").all()
+        keys = {name: key for name, key in rows}
+        assert keys["first"] is not None and len(keys["first"]) == 64 and keys["second"] is None
+        assert [t["scope"] for t in repo.list_tokens()] == ["write"]
+        assert _nullable(inspect(db.engine), "studies", "owner_token_id")
+        insp = _downgrade(db, "0008")
+        assert "canonical_key" not in {c["name"] for c in insp.get_columns("candidates")}
         db.migrate()
         assert db.current_revision() == HEAD
     finally:

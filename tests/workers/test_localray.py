@@ -1,4 +1,5 @@
-"""The embedded Ray cluster listens on loopback only and leaves no process behind a SIGTERM.
+"""The embedded Ray cluster listens on loopback only, keeps its files private and leaves no
+process behind a SIGTERM.
 
 A real local Ray, started by :class:`RayExecutor` in a child process exactly as ``normfree
 serve`` and the study commands start it; the listening sockets come from ``/proc/net/tcp{,6}``
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,7 +27,8 @@ import sys, time
 from normfree.settings import Settings
 from normfree.workers.execution import RayExecutor
 RayExecutor(Settings(), num_cpus=1).start()
-print("READY", flush=True)
+import ray
+print("READY", ray._private.worker._global_node.get_session_dir_path(), flush=True)
 time.sleep(600)
 """
 
@@ -67,6 +70,24 @@ def listening(pids: set[int]) -> list[str]:
     return out
 
 
+def _assert_private(session: Path) -> None:
+    """Issue 28, 7: the cluster's folders (Ray makes them 0777) and sockets are this user's
+    only, inside a 0700 root that only this user may enter."""
+    from normfree.workers.localray import private_temp_root
+
+    root = private_temp_root()
+    assert session.is_relative_to(root), (session, root)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert (session / "sockets").is_dir()
+    shared = []
+    for folder, subfolders, files in os.walk(session):
+        for name in (".", *subfolders, *files):
+            path = Path(folder) / name
+            if not path.is_symlink() and path.lstat().st_mode & 0o077:
+                shared.append(f"{path.relative_to(session)} {oct(path.lstat().st_mode)}")
+    assert not shared, shared[:20]
+
+
 def test_embedded_ray_is_loopback_only_and_gone_after_sigterm(tmp_path: Path) -> None:
     script = tmp_path / "hold.py"
     script.write_text(HOLD)
@@ -79,6 +100,7 @@ def test_embedded_ray_is_loopback_only_and_gone_after_sigterm(tmp_path: Path) ->
         line = proc.stdout.readline().decode()
         assert line.startswith("READY"), line
         time.sleep(2)  # the agents start just after ray.init returns
+        _assert_private(Path(line.split()[1]))
         tree = descendants(proc.pid) | {proc.pid}
         assert len(tree) >= 4, "expected the GCS, raylet and agents below the driver"
         addrs = listening(tree)

@@ -354,7 +354,7 @@ async def page_study_figure(
 
     def build() -> cache.Cached:
         fig = _study_figure(services.get_study(state, study_id, trials=False))
-        return cache.Cached(fig.to_json().encode(), "application/json")
+        return cache.Cached(plots.to_json(fig).encode(), "application/json")
 
     key = reads.derived(
         "study-figure", await reads.small_read(state, reads.study_key, state, study_id)

@@ -8,9 +8,14 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from normfree.api import fidelity
-from normfree.api.deps import Reader, StateDep, Writer
+from normfree.api.deps import Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
-from normfree.api.schemas import ReferenceSetDetail, ReferenceSetList, ReferenceSetPublic
+from normfree.api.schemas import (
+    ReferenceSetDeleted,
+    ReferenceSetDetail,
+    ReferenceSetList,
+    ReferenceSetPublic,
+)
 
 router = APIRouter(prefix="/references", tags=["references"])
 
@@ -69,7 +74,11 @@ def get_reference(
     openapi_extra=_IMPORT_BODY,
     responses={
         401: {"model": ErrorBody, "description": "No bearer token."},
-        403: {"model": ErrorBody, "description": "Unknown or revoked token."},
+        403: {
+            "model": ErrorBody,
+            "description": "Unknown, revoked or read-only token, or replacing another token's "
+            "set (only its importer or an admin token may).",
+        },
         409: {"model": ErrorBody, "description": "A set of that name exists (use replace)."},
         415: {"model": ErrorBody, "description": "Neither JSON nor CSV."},
         422: {"model": ErrorBody, "description": "Rows refused, each with its reason."},
@@ -78,7 +87,7 @@ def get_reference(
 async def import_reference(
     request: Request,
     state: StateDep,
-    who: Writer,
+    who: WritePrincipal,
     name: Annotated[str | None, Query(max_length=100, description="CSV imports: the name")] = None,
     title: Annotated[str, Query(max_length=300)] = "",
     source: Annotated[
@@ -96,9 +105,28 @@ async def import_reference(
         state,
         body,
         content_type,
-        submitter=who,
+        who=who,
         name=name,
         title=title,
         source=source,
         replace=replace,
     )
+
+
+@router.delete(
+    "/{name}",
+    response_model=ReferenceSetDeleted,
+    responses={
+        401: {"model": ErrorBody, "description": "No bearer token."},
+        403: {
+            "model": ErrorBody,
+            "description": "Unknown, revoked or read-only token, or another token's set.",
+        },
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "The built-in set cannot be deleted."},
+    },
+)
+def delete_reference(name: NamePath, state: StateDep, who: WritePrincipal) -> ReferenceSetDeleted:
+    """Delete a set: only the token that imported it, or an admin token, may."""
+    fidelity.delete_reference(state, name, who)
+    return ReferenceSetDeleted(name=name)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, reads, services
-from normfree.api.deps import IdPath, Reader, StateDep, Writer
+from normfree.api.deps import IdPath, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
 from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
@@ -17,21 +17,27 @@ router = APIRouter(prefix="/studies", tags=["studies"])
 
 _AUTH = {
     401: {"model": ErrorBody, "description": "No bearer token."},
-    403: {"model": ErrorBody, "description": "Unknown or revoked token."},
+    403: {"model": ErrorBody, "description": "Unknown, revoked or read-only token."},
 }
 _CONTROL = {
     404: {"model": ErrorBody},
     409: {"model": ErrorBody, "description": "Not allowed from the study's status."},
     **_AUTH,
+    403: {
+        "model": ErrorBody,
+        "description": "Unknown, revoked or read-only token, or a study of another token "
+        "(only its creator or an admin token may control it).",
+    },
 }
 
 
 @router.post("", response_model=StudyPublic, status_code=201, responses=_AUTH)
-def create_study(data: StudyCreate, state: StateDep, _who: Writer) -> StudyPublic:
+def create_study(data: StudyCreate, state: StateDep, who: WritePrincipal) -> StudyPublic:
     """Create a property study, an options study or a function search (the options of
     ``normfree study ...``). Its trials are planned now; it runs in the background (the answer
-    does not wait), and ``GET /api/studies/{id}`` shows its progress."""
-    return services.create_study(state, data)
+    does not wait), and ``GET /api/studies/{id}`` shows its progress. The study belongs to
+    the token that created it: only it (or an admin token) may pause, resume or cancel it."""
+    return services.create_study(state, data, who)
 
 
 @router.get("", response_model=StudyList)
@@ -98,8 +104,8 @@ def list_study_trials(
 
 
 def _control(action: str):
-    def route(state: StateDep, _who: Writer, study_id: IdPath) -> StudyPublic:
-        return services.control_study(state, study_id, action)
+    def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyPublic:
+        return services.control_study(state, study_id, action, who)
 
     route.__name__ = f"{action}_study"
     route.__doc__ = {

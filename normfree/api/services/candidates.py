@@ -19,7 +19,8 @@ from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, plain
-from normfree.specs import BASELINES
+from normfree.specs import RESERVED_NAMES, is_reserved_name
+from normfree.storage.candidates import CandidateConflict
 from normfree.storage.protocols import CandidateStore
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,15 @@ def submit_candidate(
     after the answer (``prescreen.status == "pending"``, see ``api.prescreens``).
     """
     repo = state.repo
-    if data.name in BASELINES or _is_catalog_name(data.name):
+    if is_reserved_name(data.name):
+        raise ApiError(
+            409,
+            "name_taken",
+            f"{data.name!r} is reserved: training and reference sets read it as a baseline or "
+            f"a paper's operator ({', '.join(sorted(RESERVED_NAMES))}); choose another name",
+            {"field": "name"},
+        )
+    if _is_catalog_name(data.name):
         raise ApiError(
             409,
             "name_taken",
@@ -317,36 +326,76 @@ def submit_candidate(
         cand = replace(cand, description=data.description)
     existing = repo.get_candidate(data.name)
     if existing is not None:
-        if existing.get("canonical") == cand.canonical:
-            pub = _candidate_public(existing, source="user")
-            return S.CandidateSubmitted(**pub.model_dump(), created=False, duplicate_of=data.name)
-        raise ApiError(
-            409,
-            "name_taken",
-            f"a different candidate is already named {data.name!r}; choose another name",
-            {"field": "name", "existing_formula": existing.get("formula")},
-        )
+        return _name_held(state, existing, cand, data.name, prescreen)
     from normfree.api import prescreens
 
     screening = prescreen and state.prescreen
     duplicate = find_duplicate(repo, cand)
     pub = _candidate_public(cand, source="user")
     if duplicate is not None:
-        screen = prescreens.request(state, cand, None) if screening else None
-        return S.CandidateSubmitted(
-            **pub.model_dump(), created=False, duplicate_of=duplicate, prescreen=screen
-        )
+        return _duplicate(state, cand, pub, duplicate, screening)
     row = candidate_dict(cand)
     # The candidates table has no description column: a user's description is stored in the
     # citation column (for a user formula, the text saying where it comes from).
     row["citation"] = data.description or None
-    repo.upsert_candidate(row, submitter=submitter)
+    # One INSERT claims the name and the function (unique name and canonical key): of racers,
+    # one stores and the others learn who won. A pending prescreen is written with the row, so
+    # one interrupted by a crash is re-queued at the next start (prescreens.requeue_interrupted).
+    try:
+        repo.claim_candidate(
+            row,
+            submitter=submitter,
+            prescreen=prescreens.pending().model_dump(mode="json") if screening else None,
+        )
+    except CandidateConflict as lost:
+        if lost.field == "name":
+            return _name_held(state, lost.existing, cand, data.name, prescreen)
+        return _duplicate(state, cand, pub, str(lost.existing["name"]), screening)
     # after the row exists: a prescreen that ends at once can record itself on it
     screen = prescreens.request(state, cand, data.name) if screening else None
     stored = repo.get_candidate(data.name) or row
     out = _candidate_public(stored, source="user").model_dump()
     out["properties"] = out["properties"] or pub.properties
     return S.CandidateSubmitted(**out, created=True, duplicate_of=None, prescreen=screen)
+
+
+def _name_held(
+    state: ServiceState, existing: Mapping[str, Any], cand: Any, name: str, prescreen: bool
+) -> S.CandidateSubmitted:
+    """The name is stored: the same function is a resubmission (nothing stored, 200), another
+    one a 409."""
+    if existing.get("canonical") != cand.canonical:
+        raise ApiError(
+            409,
+            "name_taken",
+            f"a different candidate is already named {name!r}; choose another name",
+            {"field": "name", "existing_formula": existing.get("formula")},
+        )
+    pub = _candidate_public(existing, source="user")
+    screen = None
+    if prescreen and state.prescreen and _prescreen_unfinished(existing.get("prescreen")):
+        from normfree.api import prescreens
+
+        # its prescreen was lost (a crash) or still runs: ask again (joins a running one)
+        screen = prescreens.request(state, cand, name)
+    return S.CandidateSubmitted(
+        **pub.model_dump(), created=False, duplicate_of=name, prescreen=screen
+    )
+
+
+def _prescreen_unfinished(stored: Mapping[str, Any] | None) -> bool:
+    return isinstance(stored, Mapping) and stored.get("status") == "pending"
+
+
+def _duplicate(
+    state: ServiceState, cand: Any, pub: S.CandidatePublic, duplicate: str, screening: bool
+) -> S.CandidateSubmitted:
+    from normfree.api import prescreens
+
+    screen = prescreens.request(state, cand, None) if screening else None
+    return S.CandidateSubmitted(
+        **pub.model_dump(), created=False, duplicate_of=duplicate, prescreen=screen
+    )
 
 
 def list_candidates(

@@ -14,6 +14,7 @@ from normfree.api.cache import ResponseCache
 from normfree.settings import Settings
 from normfree.storage import Storage
 from normfree.storage.protocols import RepositoryLike
+from normfree.storage.tokens import Principal
 from normfree.workers.lifecycle import StudyRunner
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,17 @@ def open_repository(settings: Settings, *, migrate: bool = True) -> RepositoryLi
     from normfree import storage
 
     return storage.open(settings, migrate=migrate, optuna=False).repo
+
+
+def recover_at_start(store: Storage) -> list[int]:
+    """Remove studies whose creation a crash interrupted (status ``creating``, with their
+    trials and Optuna study: ``workers.driver.recover_creations``); their ids. The engine is
+    imported only when there is such a study."""
+    if not store.repo.list_studies(status="creating"):
+        return []
+    from normfree.workers.driver import recover_creations
+
+    return recover_creations(store)
 
 
 # -------------------------------------------------------------------------------------- state
@@ -63,6 +75,8 @@ class ServiceState:
         from normfree import storage
 
         store = storage.open(settings, migrate=migrate, optuna=False)
+        if migrate:  # the process that starts the server (not each of --workers N)
+            recover_at_start(store)
         runner: Any = None
         if run_studies or run_studies is None:
             if settings.ray_jobs_address:
@@ -84,11 +98,16 @@ class ServiceState:
     def verify_token(self, token: str) -> str | None:
         """The token's name when it is active, else None (recorded as a submission's submitter).
 
-        One indexed read (``Repository.token_name``): every write request pays it.
+        One indexed read (``Repository.token_principal``): every write request pays it.
         """
+        who = self.principal(token)
+        return None if who is None else who.name
+
+    def principal(self, token: str) -> Principal | None:
+        """The active, unexpired token as a ``Principal`` (id, name, scope), else None."""
         if not token or len(token) > 256:
             return None
-        return self.repo.token_name(token)
+        return self.repo.token_principal(token)
 
     def close(self) -> None:
         if self.runner is not None:

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError, not_found
+from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
+from normfree.storage.tokens import Principal
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -100,7 +102,11 @@ def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySp
     return spec
 
 
-def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
+def create_study(
+    state: ServiceState, data: S.StudyCreate, owner: Principal | None = None
+) -> S.StudyPublic:
+    """Validate, estimate and create a study owned by ``owner`` (the creating token), then hand
+    it to the runner."""
     from normfree.workers.cost import check_study
     from normfree.workers.driver import create_study as engine_create_study
     from normfree.workers.validation import stored_names
@@ -113,7 +119,12 @@ def create_study(state: ServiceState, data: S.StudyCreate) -> S.StudyPublic:
         problems = str(exc).split("; ")
         raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
     try:
-        study_id = engine_create_study(spec, settings=state.settings, validated=True)
+        study_id = engine_create_study(
+            spec,
+            settings=state.settings,
+            validated=True,
+            owner_token_id=owner.id if owner else None,
+        )
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
@@ -310,8 +321,8 @@ def list_study_trials(
     after = 0
     if cursor:
         try:
-            after = int(cursor)
-        except ValueError:
+            after = db_int(cursor, "cursor")
+        except ApiError:
             raise ApiError(422, "invalid_cursor", "cursor: pass back a next_cursor") from None
     with state.db.read() as conn:
         rows, nxt = reads.trial_page(conn, study_id, after=after, limit=limit, status=status)
@@ -319,13 +330,24 @@ def list_study_trials(
     return S.TrialPage(count=len(items), items=items, next_cursor=str(nxt) if nxt else None)
 
 
-def control_study(state: ServiceState, study_id: int, action: str) -> S.StudyPublic:
+def control_study(
+    state: ServiceState, study_id: int, action: str, who: Principal | None = None
+) -> S.StudyPublic:
     """Pause, resume or cancel through the one state machine (``workers.lifecycle``).
 
-    Resuming a study that this process has no driver for (left pending or running by a stopped
-    server, or failed) restarts one: the driver requeues trials whose leases expired.
+    ``who``: the requesting token; 403 unless it created the study or is an admin token (None:
+    an internal caller, not checked). Resuming a study that this process has no driver for
+    (left pending or running by a stopped server, or failed) restarts one: the driver requeues
+    trials whose leases expired.
     """
+    from normfree.api.deps import require_owner
     from normfree.workers import lifecycle
+
+    if who is not None:
+        row = state.repo.get_study(study_id)
+        if row is None:
+            raise not_found("study", study_id)
+        require_owner(who, row.get("owner_token_id"), f"study {study_id}")
 
     restart = state.runner is not None and not state.runner.is_active(study_id)
     try:

@@ -29,8 +29,6 @@ import pytest
 from normfree.testing.live import live_server, run_cli
 from tests.api.test_browser import CHROMIUM, FLAGS, _need_chromium
 
-pytestmark = pytest.mark.browser
-
 NAME, FORMULA = "softsign15", "1.5*u/(1+abs(u))"
 TINY = {"proxy": "vit-tiny", "seeds": 1, "epochs": 1}
 PROPERTY = {
@@ -76,6 +74,7 @@ def _broken_data_root(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.browser
 def test_own_function_end_to_end_in_a_browser(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,8 +114,10 @@ def test_own_function_end_to_end_in_a_browser(
         assert done["failing"]["status"] == "failed", done["failing"]
         board = http.get("api/leaderboards/vit-tiny").json()
         rows = {r["candidate"]: r for r in board["rows"]}
-        trained = [r for label, r in rows.items() if NAME in label and r["ranked"]]
-        assert len(trained) >= 4, sorted(rows)  # 2 shifts + 2 options, every one trained
+        # one function one row: shift_h(f, 0) and the default alpha0 (0.5) are plain f
+        trained = {f"shift_h({NAME}, 0.5)", NAME, f"{NAME} [alpha0=1.0]"}
+        assert trained <= set(rows), sorted(rows)
+        assert all(rows[label]["ranked"] and rows[label]["n"] >= 1 for label in trained), rows
         failed = [r for label, r in rows.items() if "shift_v" in label and NAME in label]
         assert failed and not any(r["ranked"] for r in failed), failed
         assert all(r["unranked_reason"] for r in failed), failed
@@ -155,7 +156,7 @@ def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
     visit("?proxy=vit-tiny", "leaderboard")
     ranked = page.locator("#leaderboard tbody tr").all_inner_texts()
     assert any(f"shift_h({NAME}, 0.5)" in r for r in ranked), ranked
-    assert any(NAME in r and "alpha0=0.5" in r for r in ranked), ranked
+    assert any(f"{NAME} [alpha0=1.0]" in r for r in ranked), ranked
     # the failed arm is listed apart, unranked, with its reason
     assert not any("shift_v" in r for r in ranked), ranked
     unranked = page.locator("#unranked tbody tr").all_inner_texts()
@@ -172,14 +173,15 @@ def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
         assert page.locator("#study-failed").count() == 0
         assert NAME in page.locator("#cells").inner_text(), kind
         page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
-        assert "failed" not in page.locator("#cells").inner_text().replace("failed</th>", "")
+        assert page.locator("#cells .failure").count() == 0, kind  # no failure reasons
 
     # the candidate page: label, formula, its results across proxies (ranked)
     text = visit(f"candidates/{NAME}", "candidate")
     assert NAME in page.locator("h1").inner_text()
     assert FORMULA.replace(" ", "") in text.replace(" ", "")
     results = page.locator("table.sortable tbody tr").all_inner_texts()
-    assert any("vit-tiny" in r and f"shift_h({NAME}, 0.5)" in r for r in results), results
+    mine = [r for r in results if "vit-tiny" in r and r.split("\t")[1] == NAME]
+    assert mine and "not ranked" not in mine[0], results
     page.wait_for_selector("#fn-figure .main-svg", timeout=30_000)
 
     # the fidelity page of the property study: the smoke preset's caveat, no verdict
@@ -196,9 +198,11 @@ def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
     assert page.locator("#study-failed").count() == 1
     reason = page.locator("#cells .failure").all_inner_texts()
     assert reason and all(r.strip() for r in reason), reason
-    text = visit(f"candidates/{NAME}", "candidate-after-failure")
+    visit("?proxy=vit-tiny", "leaderboard-after-failure")
+    page.locator("#unranked a", has_text=f"shift_v({NAME}, 0.25)").first.click()
+    page.wait_for_load_state()
     results = page.locator("table.sortable tbody tr").all_inner_texts()
-    doomed = [r for r in results if "shift_v" in r]
+    doomed = [r for r in results if "vit-tiny" in r]
     assert doomed and all("not ranked" in r for r in doomed), doomed
     assert not any("worse" in r for r in doomed), doomed
     assert not errors, errors

@@ -285,16 +285,20 @@ def candidate_info(session: Any, names: Iterable[str]) -> dict[str, tuple[Any, d
 def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
     """One function, one row: arms whose functions are one function by their text (a transform
     at its identity: ``shift_h(erf, 0)`` is ``erf``, ``search_space.resolver.spelling``) and
-    alike in everything else (context, norm options, overrides) become one arm, named by the
-    plain spelling. A seed trained under both names counts once (the plain arm's value)."""
+    alike in everything else (context, norm options, overrides) become one arm, under the plain
+    name when one of them has it (else the first's). A seed trained under both names counts
+    once (the plain arm's value)."""
     import json
 
     from normfree.search_space.resolver import spelling
 
     merged: dict[tuple[str, ...], Arm] = {}
     # plain names first, so the merged arm keeps the plain arm's name, key and values
-    for arm in sorted(arms, key=lambda a: "(" in a.candidate):
-        name = spelling(arm.candidate, collapse=True) if "(" in arm.candidate else arm.candidate
+    named = [
+        (spelling(a.candidate, collapse=True) if "(" in a.candidate else a.candidate, a)
+        for a in arms
+    ]
+    for name, arm in sorted(named, key=lambda na: na[0] != na[1].candidate):
         formula = arm.norm.get("formula")
         norm = {k: v for k, v in arm.norm.items() if k not in ("name", "formula")}
         key = (
@@ -305,8 +309,8 @@ def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
             json.dumps(arm.overrides, sort_keys=True, default=str),
         )
         into = merged.get(key)
-        if into is None:
-            merged[key] = arm if name == arm.candidate else _renamed(arm, name)
+        if into is None:  # alone, an arm keeps its own name (a property study's cell reads so)
+            merged[key] = arm
             continue
         for seed, value in arm.by_seed.items():
             into.by_seed.setdefault(seed, value)
@@ -316,12 +320,6 @@ def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
         into.n_pruned += arm.n_pruned
         into.study_ids = sorted({*into.study_ids, *arm.study_ids})
     return list(merged.values())
-
-
-def _renamed(arm: Arm, name: str) -> Arm:
-    from dataclasses import replace
-
-    return replace(arm, candidate=name, norm={**arm.norm, "name": name}, by_seed=dict(arm.by_seed))
 
 
 def rank(

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from normfree.search_space.catalog import SEARCH16
 from normfree.testing.seeding import Seeded, seed_property_study
 from tests.api.conftest import Api
 
@@ -300,7 +301,10 @@ def test_create_list_get_and_control_a_study(api: Api) -> None:
         ({"kind": "generate"}, "kind"),
         ({"params": {"sed0": 3}}, "params: unknown ['sed0']"),
         ({"kind": "options", "options": {"depthh": [1, 2]}}, "options: unknown ['depthh']"),
-        ({"seeds": 20, "values": list(range(30)), "functions": ["erf"] * 5}, "limit is 2000"),
+        (
+            {"seeds": 20, "values": list(range(30)), "functions": list(SEARCH16[:5])},
+            "limit is 2000",
+        ),
     ],
 )
 def test_invalid_studies_are_422(api: Api, patch: dict, needle: str) -> None:

@@ -43,7 +43,8 @@ normfree measures whether a pointwise function f can replace LayerNorm in a tran
   it with `normfree token revoke NAME`. A missing token answers 401; an unknown, revoked,
   expired or read-only one 403.
 * A study or reference set belongs to the token that created it: only that token or an admin
-  token may pause, resume, cancel, replace or delete it (403 otherwise).
+  token may pause, resume, cancel, replace or delete it (403 otherwise). A study is deleted
+  only when cancelled, complete or failed (409 otherwise).
 * Every refused request answers `{"error": code, "message": what to fix, "detail": ...}` with a
   4xx status; bodies over `NORMFREE_MAX_REQUEST_BYTES` answer 413.
 """

@@ -86,7 +86,7 @@ def study_problems(
     baked into ``definitions``. ``request``: also the kind's rules for a request
     (``StudyKind.problems``: an options study names options); False keeps only what the
     engine needs to plan it (Python callers: an options study of functions x seeds alone)."""
-    from normfree.search_space import ExpressionError
+    from normfree.search_space import ExpressionError, catalog
     from normfree.search_space.resolver import bake, spelling
     from normfree.search_space.transforms import TRANSFORMS
     from normfree.workers import kinds
@@ -112,6 +112,11 @@ def study_problems(
     lookup = recorder.lookup()
 
     def check(text: str, where: str) -> bool:
+        try:  # the catalog's answers are cached per process: a paper grid again costs nothing
+            catalog.resolve(text)
+            return True
+        except Exception:  # not the catalog's alone (a stored name?), or wrong: ask with storage
+            pass
         try:
             bake(text, lookup)
         except ExpressionError as exc:  # a position only means something in the text given

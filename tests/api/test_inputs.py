@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from normfree.api.inputs import MAX_JSON_DEPTH, db_int, json_depth
+from normfree.api.inputs import MAX_JSON_DEPTH, body_problem, db_int, json_problem
 from tests.api.conftest import Api
 
 STUDY: dict[str, Any] = {
@@ -113,6 +113,7 @@ def test_other_control_characters_in_urls_are_422(both: Api, char: str) -> None:
     [
         ("/api/candidates", {"name": "nul", "formula": "tanh(u)", "description": "a\x00b"}),
         ("/api/candidates", {"name": "nul", "formula": "tanh(u)\x00"}),
+        ("/api/candidates", {"name": "nul", "formula": "tanh(u)", "description": "back\x08"}),
         ("/api/candidates", {"name": "nul\x00", "formula": "tanh(u)"}),
         ("/api/studies", {**STUDY, "functions": ["erf\x00"]}),
         ("/api/studies", {**STUDY, "proxy": "vit-tiny\x1b"}),
@@ -151,10 +152,11 @@ def test_lines_in_free_text_still_pass(both: Api) -> None:
     body = {
         "name": "lines",
         "formula": "u/(1+abs(u))+0.001*u",
-        "description": "two\nlines\twith a tab",
+        "description": "two\nlines\twith a tab, a \\b and a \\u0000 as text",
     }
     r = both.client.post("/api/candidates", json=body, headers=both.auth)
     assert r.status_code == 201, r.text
+    assert r.json()["description"] == body["description"]
 
 
 @pytest.mark.parametrize("path", ["/api/references", "/api/candidates", "/api/studies", "/submit"])
@@ -172,10 +174,15 @@ def test_deep_json_is_422_not_a_recursion_error(both: Api, path: str) -> None:
     assert both.client.get("/api/references/mine").status_code == 404
 
 
-def test_json_depth_counts_brackets_outside_strings_only() -> None:
-    assert json_depth('{"a": [1, {"b": "[[[[[[[["}]}') == 3
-    assert json_depth('"\\"[[[["') == 0
-    assert json_depth("[" * 100_000) == MAX_JSON_DEPTH + 1  # stops counting past the limit
+def test_json_nesting_is_counted_on_the_decoded_document() -> None:
+    def nested(levels: int) -> str:
+        return '{"a": ' * (levels - 1) + "[1]" + "}" * (levels - 1)
+
+    assert body_problem(nested(MAX_JSON_DEPTH).encode(), "application/json") is None
+    assert "nests more" in body_problem(nested(MAX_JSON_DEPTH + 1).encode(), "")
+    assert body_problem(b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', "") is None
+    assert "nests more" in body_problem(b"[" * 100_000, "application/json")  # never a crash
+    assert json_problem({"k\x00": 1}, strings=True) is not None  # keys are strings too
 
 
 def test_db_int_bounds_text() -> None:

@@ -32,6 +32,7 @@ from normfree.api.deps import (
 )
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.schemas import CandidateCreate
+from normfree.specs import LIVE_STATUSES
 
 router = APIRouter(include_in_schema=False)
 log = logging.getLogger(__name__)
@@ -310,6 +311,9 @@ async def page_study(
             )
         elif detail.progress.finished:
             parts.note("No plot: no trial of this study completed (why, per arm, is below).")
+        if figure is None and detail.status in LIVE_STATUSES:
+            # an empty div the live view draws into as soon as a cell finishes
+            figure = '<div id="study-figure"><p class="muted">No cell has finished yet.</p></div>'
         importance = None
         if detail.generate is not None:
             gen = detail.generate
@@ -320,7 +324,7 @@ async def page_study(
                 ),
                 None,
             )
-        live = detail.status in ("pending", "running", "paused")
+        live = detail.status in LIVE_STATUSES
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
         study_fidelity = parts.build(
@@ -445,7 +449,7 @@ def page_fidelity(
         for i, setting in enumerate(report.settings if report else []):
             figures.append(
                 parts.build(
-                    f"the plot of {setting.setting}",
+                    f"the plot of setting {i + 1}",
                     lambda s=setting, i=i: plots.to_div(
                         plots.fidelity_figure(s), f"fidelity-figure-{i}"
                     ),

@@ -10,7 +10,14 @@ from starlette.concurrency import run_in_threadpool
 from normfree.api import cache, reads, services
 from normfree.api.deps import IdPath, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
-from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
+from normfree.api.schemas import (
+    StudyCreate,
+    StudyDeleted,
+    StudyDetail,
+    StudyList,
+    StudyPublic,
+    TrialPage,
+)
 from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
@@ -126,3 +133,20 @@ for _action in ("pause", "resume", "cancel"):
         responses=_CONTROL,
         name=f"{_action}_study",
     )
+
+
+@router.delete(
+    "/{study_id}",
+    response_model=StudyDeleted,
+    responses={
+        **_CONTROL,
+        409: {
+            "model": ErrorBody,
+            "description": "Not cancelled, complete or failed, or a trial of it still runs.",
+        },
+    },
+)
+def delete_study(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyDeleted:
+    """Delete a finished study with its trials and its Optuna study (cancel it first). Only
+    the token that created it, or an admin token, may; its proxy's leaderboard drops it."""
+    return services.delete_study(state, study_id, who)

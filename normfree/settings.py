@@ -11,11 +11,12 @@ parse exactly as this class would.
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -98,6 +99,20 @@ class Settings(BaseSettings):
     # Expensive anonymous reads (a formula parsed on GET) allowed per client and minute; token
     # holders are not limited. 0 turns the limit off.
     anonymous_parses_per_minute: int = Field(default=30, ge=0)
+    # Proxies whose X-Forwarded-For names the client (addresses or CIDR networks, comma
+    # separated). Empty (the default): the peer address is the client, and X-Forwarded-For is
+    # ignored whoever sends it; uvicorn is started with proxy headers off (api.security).
+    trusted_proxies: str = ""
+    # Formula parses, reference imports and study checks run in this many worker processes
+    # (api.offload): sympy holds the GIL, so threads would stall every other request.
+    offload_workers: int = Field(default=2, ge=1, le=32)
+    # One such job may run this long; longer is refused (422) and its worker replaced.
+    offload_seconds: float = Field(default=15.0, gt=0, le=600)
+    # Jobs one client may have queued or running at once; more answer 429.
+    offload_queue_per_client: int = Field(default=4, ge=1, le=1000)
+    # Trial-seconds one token may have in studies not yet finished (their estimates, less the
+    # trials already done); a study that would exceed it answers 429 with Retry-After.
+    max_token_trial_seconds: float = Field(default=500_000.0, gt=0)
 
     # PostgreSQL server used by the test suite (a database is created and dropped per run).
     test_postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -110,6 +125,20 @@ class Settings(BaseSettings):
         default=False,
         validation_alias=AliasChoices("TRITON_INTERPRET", "NORMFREE_TRITON_INTERPRET"),
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: str) -> str:
+        """Each comma-separated part must be an address or a network (a typo is an error at
+        start, not a proxy silently untrusted)."""
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted_proxies: {part!r} is not an address or network"
+                ) from None
+        return value
 
 
 @lru_cache(maxsize=1)

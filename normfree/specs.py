@@ -23,6 +23,8 @@ Scalar = bool | int | float | str
 # "creating": written first while the engine plans the study (its Optuna study, its trials);
 # a study left there by a crash is removed at the next start (workers.driver.recover_creations).
 StudyStatus = Literal["creating", "pending", "running", "paused", "cancelled", "complete", "failed"]
+# a study in one of these may still change: pages watch it live
+LIVE_STATUSES: frozenset[str] = frozenset({"pending", "running", "paused"})
 STUDY_STATUSES: tuple[StudyStatus, ...] = get_args(StudyStatus)
 # A trial row's status in storage (upper case: a TrialResult's own status is lower case).
 TrialRowStatus = Literal[

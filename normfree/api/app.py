@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from normfree import __version__
-from normfree.api import errors, fastlane, inputs, security
+from normfree.api import budget, errors, fastlane, inputs, offload, security
 from normfree.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,8 @@ normfree measures whether a pointwise function f can replace LayerNorm in a tran
   it with `normfree token revoke NAME`. A missing token answers 401; an unknown, revoked,
   expired or read-only one 403.
 * A study or reference set belongs to the token that created it: only that token or an admin
-  token may pause, resume, cancel, replace or delete it (403 otherwise).
+  token may pause, resume, cancel, replace or delete it (403 otherwise). A study is deleted
+  only when cancelled, complete or failed (409 otherwise).
 * Every refused request answers `{"error": code, "message": what to fix, "detail": ...}` with a
   4xx status; bodies over `NORMFREE_MAX_REQUEST_BYTES` answer 413.
 """
@@ -115,6 +116,8 @@ def create_app(
             from normfree.storage.async_reads import AsyncTrialDocuments
 
             state.trial_documents = AsyncTrialDocuments(state.db.url, size=settings.quick_threads)
+        if freeze_heap:  # a server process: its parse workers start now, not on first use
+            app.state.offload.start()
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
@@ -136,6 +139,7 @@ def create_app(
                 await lane.aclose()
             if state.trial_documents is not None:
                 await state.trial_documents.aclose()
+            app.state.offload.close()
             state.close()
 
     app = FastAPI(
@@ -161,6 +165,10 @@ def create_app(
     # Outermost: the headers reach every answer, the body limit's 413 included.
     app.add_middleware(security.SecurityHeadersMiddleware)
     app.state.parse_limiter = security.RateLimiter(settings.anonymous_parses_per_minute)
+    app.state.token_budget = budget.TokenBudget(settings.max_token_trial_seconds)
+    app.state.offload = offload.OffloadPool(
+        settings.offload_workers, settings.offload_seconds, settings.offload_queue_per_client
+    )
     # Outside even the security headers: it replays answers as they were finally sent.
     lane = fastlane.generation_for(state.db.url) if settings.fast_lane else None
     app.add_middleware(

@@ -66,29 +66,44 @@ def import_reference(
 ) -> S.ReferenceSetPublic:
     """Validate and store a set sent as JSON (the whole set) or CSV (rows; name and source in
     the query), owned by ``who``. 422 with every bad row, 409 when the name exists and
-    ``replace`` is off, 403 when replacing another token's set without an admin token."""
+    ``replace`` is off, 403 when replacing another token's set without an admin token.
+    (The REST route parses in a worker process instead: :func:`parse_reference` there, then
+    :func:`store_reference` here.)"""
+    ref = parse_reference(body, content_type, name, title, source)
+    return store_reference(state, ref, who=who, replace=replace)
+
+
+def parse_reference(
+    body: bytes, content_type: str, name: str | None, title: str, source: str | None
+) -> Any:
+    """The body as a validated ReferenceSet (every cell resolved through the catalog: formula
+    parses), or the 4xx that says why. Pure: runs in a worker process (``api.offload``)."""
     try:
         if content_type.startswith("text/csv"):
             if not name or not source:
                 raise ApiError(
                     422, "invalid", "a CSV import needs ?name=...&source=... (the citation)"
                 )
-            ref = from_csv(body.decode("utf-8"), name=name, source=source, title=title)
-        elif content_type.startswith("application/json") or not content_type:
+            return from_csv(body.decode("utf-8"), name=name, source=source, title=title)
+        if content_type.startswith("application/json") or not content_type:
             data = json.loads(body.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ApiError(422, "invalid", "the JSON body must be an object (a reference set)")
-            ref = build_set(data)
-        else:
-            raise ApiError(
-                415, "unsupported_media_type", "send application/json (a set) or text/csv (rows)"
-            )
+            return build_set(data)
+        raise ApiError(
+            415, "unsupported_media_type", "send application/json (a set) or text/csv (rows)"
+        )
     except UnicodeDecodeError:
         raise ApiError(422, "invalid", "the body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ApiError(422, "invalid", f"the body is not JSON: {exc.msg} at {exc.pos}") from None
     except ReferenceError as exc:
         raise ApiError(422, "invalid_reference", f"reference set refused: {exc}"[:4000]) from None
+
+
+def store_reference(state: Any, ref: Any, *, who: Principal, replace: bool) -> S.ReferenceSetPublic:
+    """Store a parsed set owned by ``who``; 409 when the name exists and ``replace`` is off,
+    403 when replacing another token's set without an admin token."""
     try:
         out = _store(state).put(
             ref, submitter=who.name, replace=replace, owner_token_id=who.id, admin=who.admin

@@ -291,6 +291,13 @@ class StudyProgress(_Out):
     fraction: float = 0.0
 
 
+class StudyDeleted(_Out):
+    """The answer to deleting a study."""
+
+    id: int
+    deleted: bool = True
+
+
 class StudyPublic(_Out):
     id: int
     kind: str

@@ -22,10 +22,13 @@ read the private half of an error.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import threading
 import time
 from collections import OrderedDict, deque
+from functools import lru_cache
+from typing import Any
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -93,9 +96,37 @@ class RateLimiter:
             return None
 
 
+@lru_cache(maxsize=8)
+def _networks(spec: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``NORMFREE_TRUSTED_PROXIES`` parsed: addresses and CIDR networks, comma separated."""
+    return tuple(
+        ipaddress.ip_network(p.strip(), strict=False) for p in spec.split(",") if p.strip()
+    )
+
+
+def _trusted(address: str, networks: tuple[Any, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in networks)
+
+
 def client_id(request: Request) -> str:
-    """The client's address (behind a proxy, run uvicorn with --forwarded-allow-ips)."""
-    return request.client.host if request.client else "unknown"
+    """Who the client is, for per-client limits: the peer address, unless the peer is a proxy
+    named in ``NORMFREE_TRUSTED_PROXIES``; then the nearest X-Forwarded-For address that is not
+    itself a trusted proxy. X-Forwarded-For from any other peer is ignored (a fresh value per
+    request must not buy a fresh quota). uvicorn's own proxy handling is off (``serve``)."""
+    peer = request.client.host if request.client else "unknown"
+    settings = getattr(request.app.state, "settings", None)
+    networks = _networks(settings.trusted_proxies) if settings is not None else ()
+    if not networks or not _trusted(peer, networks):
+        return peer
+    hops = [h.strip() for h in ",".join(request.headers.getlist("x-forwarded-for")).split(",")]
+    for hop in reversed([h for h in hops if h]):
+        if not _trusted(hop, networks):
+            return hop
+    return peer
 
 
 def token_of(request: Request) -> str | None:
@@ -130,7 +161,7 @@ def limit_parse(request: Request) -> None:
         )
 
 
-def _known(request: Request, name: str) -> bool:
+def known_name(request: Request, name: str) -> bool:
     """A catalog name or a stored candidate: a lookup, not a parse."""
     from normfree.search_space import catalog
 
@@ -144,7 +175,7 @@ def _known(request: Request, name: str) -> bool:
 
 def limit_costly_name(request: Request, name: str) -> None:
     """Rate-limit reads of names that must be parsed (formulas, transform calls)."""
-    if not _known(request, name):
+    if not known_name(request, name):
         limit_parse(request)
 
 
@@ -154,6 +185,7 @@ __all__ = [
     "SecurityHeadersMiddleware",
     "client_id",
     "is_token_holder",
+    "known_name",
     "limit_costly_name",
     "limit_parse",
 ]

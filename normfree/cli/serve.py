@@ -38,10 +38,20 @@ from normfree.cli._output import emit, fail, json_option
 def serve(
     host: str | None, port: int | None, run_studies: bool, log_level: str, workers: int
 ) -> None:
-    """Start the REST API and the dashboard; prints the URL."""
+    """Start the REST API and the dashboard; prints the URL.
+
+    SIGTERM or Ctrl-C stops it cleanly, exit status 0: the study being driven here is stopped
+    (its running trials handed back; `normfree study run ID` carries it on) and the embedded
+    Ray is stopped with every process it started.
+    """
     import uvicorn
 
     from normfree.api import create_app
+    from normfree.cli._signals import exit_zero_on_signals
+
+    # Before anything slow: a signal while the app is built ends the process quietly too, and
+    # uvicorn raises the signal it stopped on again under these handlers once it has shut down.
+    exit_zero_on_signals()
     from normfree.settings import get_settings
 
     settings = get_settings()
@@ -65,8 +75,12 @@ def serve(
         f"normfree dashboard: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)"
     )
     click.echo(f"database: {settings.database_url}", err=True)
+    # uvicorn's own proxy handling is off: by default it trusts X-Forwarded-For from 127.0.0.1,
+    # which let any local client pick its address (issue 28). The app decides who the client
+    # is, from NORMFREE_TRUSTED_PROXIES (api.security.client_id).
+    proxies = {"proxy_headers": False, "forwarded_allow_ips": ""}
     if app is not None:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, **proxies)
     else:
         uvicorn.run(
             "normfree.api.app:create_worker_app",
@@ -75,6 +89,7 @@ def serve(
             port=port,
             log_level=log_level,
             workers=workers,
+            **proxies,
         )
 
 

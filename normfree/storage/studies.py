@@ -14,6 +14,7 @@ from normfree.specs import (
     TRIAL_STATUSES,
     StudySpec,
 )
+from normfree.storage import aggregates
 from normfree.storage._common import (
     RepositoryBase,
     _study_dict,
@@ -23,6 +24,13 @@ from normfree.storage.models import (
     TrialRow,
     utcnow,
 )
+
+# A study may be deleted only in these statuses, with no trial still running: nothing drives it.
+DELETABLE_STUDY_STATUSES = ("cancelled", "complete", "failed")
+
+
+class StudyBusy(ValueError):
+    """The study is not finished (or a trial of it still runs): it cannot be deleted now."""
 
 
 class StudyRepository(RepositoryBase):
@@ -78,6 +86,38 @@ class StudyRepository(RepositoryBase):
                 .values(status="pending", updated_at=utcnow())
             )
             return res.rowcount == 1
+
+    def delete_finished_study(self, study_id: int) -> str | None:
+        """Delete a finished study with its trials (curves and diagnostics cascade) and fold
+        the leaderboard summaries of its proxy again, in one transaction; returns its Optuna
+        study name (the caller removes that study: another database). KeyError when there is no
+        such study, :class:`StudyBusy` unless it is cancelled, complete or failed with no trial
+        running."""
+        with self.db.session() as s:
+            row = s.get(StudyRow, study_id)
+            if row is None:
+                raise KeyError(f"no study {study_id}")
+            if row.status not in DELETABLE_STUDY_STATUSES:
+                raise StudyBusy(
+                    f"study {study_id} is {row.status}; only a "
+                    f"{', '.join(DELETABLE_STUDY_STATUSES)} study can be deleted (cancel it first)"
+                )
+            running = s.scalar(
+                select(func.count()).where(
+                    TrialRow.study_id == study_id, TrialRow.status == "RUNNING"
+                )
+            )
+            if running:
+                raise StudyBusy(
+                    f"study {study_id} still has {running} running trials; they stop at their "
+                    "next epoch report: delete it then"
+                )
+            proxy, optuna_name = row.proxy, row.optuna_study_name
+            s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
+            s.execute(delete(StudyRow).where(StudyRow.id == study_id))
+            s.flush()
+            aggregates.rebuild(s.connection(), proxy=proxy)  # and bumps the proxy's reads
+            return optuna_name
 
     def get_study(self, study_id: int) -> dict[str, Any] | None:
         """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""

@@ -41,9 +41,12 @@ def run_cli(args: list[str], database_url: str, **extra: str) -> subprocess.Comp
 
 
 @contextmanager
-def live_server(database_url: str, *args: str, timeout: float = 90.0) -> Iterator[str]:
-    """Start ``normfree serve`` on a free loopback port; yield its printed URL; stop it."""
-    with live_server_process(database_url, *args, timeout=timeout) as (url, _proc):
+def live_server(
+    database_url: str, *args: str, timeout: float = 90.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Start ``normfree serve`` on a free loopback port; yield its printed URL; stop it.
+    ``env``: extra environment variables of the server (settings)."""
+    with live_server_process(database_url, *args, timeout=timeout, env=env) as (url, _proc):
         yield url
 
 
@@ -73,7 +76,7 @@ def app_server(app: object) -> Iterator[str]:
 
 @contextmanager
 def live_server_process(
-    database_url: str, *args: str, timeout: float = 90.0
+    database_url: str, *args: str, timeout: float = 90.0, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """:func:`live_server`, also yielding the process (a test may kill it mid-write)."""
     port = free_port()
@@ -89,7 +92,7 @@ def live_server_process(
             "warning",
             *args,
         ],
-        env=cli_env(database_url),
+        env=cli_env(database_url, **(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

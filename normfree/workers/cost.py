@@ -274,14 +274,20 @@ class StudyEstimate(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     trials: int
-    trial_seconds: float  # estimated total, one core per trial
+    trial_seconds: float  # estimated total, one core per trial, planning_seconds included
     per_trial_seconds: float  # the most expensive trial's estimate
     budget_seconds: float  # NORMFREE_MAX_STUDY_TRIAL_SECONDS at creation
+    planning_seconds: float = 0.0  # outside trials, at most (generate: proposals, prescreens)
 
     def summary(self) -> str:
         hours = self.trial_seconds / 3600
+        planning = (
+            f", {self.planning_seconds:,.0f} of them proposing and prescreening"
+            if self.planning_seconds
+            else ""
+        )
         return (
-            f"{self.trials} trials, ~{self.trial_seconds:,.0f} trial-seconds "
+            f"{self.trials} trials, ~{self.trial_seconds:,.0f} trial-seconds{planning} "
             f"({hours:.1f} trial-hours; budget {self.budget_seconds:,.0f})"
         )
 
@@ -296,13 +302,17 @@ def _planned_configs(spec: StudySpec) -> list[TrialConfig]:
 
 def estimate(spec: StudySpec, settings: Settings | None = None) -> StudyEstimate:
     settings = settings or get_settings()
+    from normfree.workers import kinds
+
     configs = _planned_configs(spec)
     costs = [trial_seconds(c) for c in configs] or [0.0]
+    planning = kinds.get(spec.kind).planning_seconds(spec)
     return StudyEstimate(
         trials=len(configs),
-        trial_seconds=round(sum(costs), 1),
+        trial_seconds=round(sum(costs) + planning, 1),
         per_trial_seconds=round(max(costs), 2),
         budget_seconds=settings.max_study_trial_seconds,
+        planning_seconds=round(planning, 1),
     )
 
 

@@ -25,8 +25,28 @@ from normfree.specs import BASELINES, NormSpec, StudySpec
 
 RECORD_PREFIX = "normfree_generation_"
 GROUP = "generated"
-Verdict = Literal["seed", "invalid", "duplicate", "constraint", "prescreen", "ranked_out", "train"]
-REJECTED: tuple[str, ...] = ("invalid", "duplicate", "constraint", "prescreen", "ranked_out")
+Verdict = Literal[
+    "seed", "invalid", "duplicate", "constraint", "prescreen", "budget", "ranked_out", "train"
+]
+REJECTED: tuple[str, ...] = (
+    "invalid",
+    "duplicate",
+    "constraint",
+    "prescreen",
+    "budget",
+    "ranked_out",
+)
+
+
+# CPU-seconds of one proposal (realize, dedup, properties, constraint) and of one prescreen
+# (a few aggressive steps of the tiny proxy): upper ends of what this package's runs take on
+# one core of the machines of bench/results (a new formula's check 0.2-0.6 s, a prescreen 1-4 s).
+PROPOSAL_SECONDS = 0.6
+PRESCREEN_SECONDS = 5.0
+
+
+class GenerationStopped(Exception):
+    """The study was paused or cancelled while a generation was being planned."""
 
 
 class GenerateOptions(BaseModel):
@@ -58,6 +78,15 @@ class GenerateOptions(BaseModel):
     def prescreen_budget(self, generation: int) -> int:
         n = self.max_prescreen
         return 2 * self.n_children(generation) if n is None else max(n, self.n_children(generation))
+
+    def planning_seconds(self, generation: int, prescreen: bool = True) -> float:
+        """The most CPU-seconds generation ``generation`` may spend before it trains anything:
+        every proposal it may make and every prescreen it may run, at their measured costs
+        (:data:`PROPOSAL_SECONDS`, :data:`PRESCREEN_SECONDS`). The cost estimate counts it
+        (``workers.cost``) and :func:`run_generation` stops at it, so the estimate bounds
+        what the generation can spend."""
+        screens = self.prescreen_budget(generation) if prescreen and self.prescreen else 0
+        return self.proposal_budget(generation) * PROPOSAL_SECONDS + screens * PRESCREEN_SECONDS
 
     def grammar(self) -> Grammar:
         return Grammar(GrammarLimits(max_size=self.max_size, max_depth=self.max_depth))
@@ -94,8 +123,22 @@ def validate_spec(spec: StudySpec) -> GenerateOptions:
     for fn in spec.functions:
         if fn in BASELINES:
             raise ValueError(f"{fn!r} is a baseline: list it under baselines, not functions")
-        catalog.resolve(fn)  # ExpressionError (a ValueError) for an unknown function
+        seed_candidate(fn, spec.definitions)  # ExpressionError (a ValueError) when unknown
     return opts
+
+
+def seed_candidate(fn: str, definitions: Mapping[str, str]) -> tuple[Candidate, str | None]:
+    """(candidate, baked definition or None) of a study function that seeds generation 0.
+
+    The one resolver, fed only the study's baked ``definitions`` (stored name -> formula, from
+    ``workers.validation``): a stored user candidate seeds like a catalog name, and the
+    definition travels in the seed's record so a worker without a database builds it."""
+    from normfree.search_space.resolver import Stored, definition, resolve
+
+    baked = definition(fn, definitions) if definitions else None
+    if baked is None:  # a catalog name, formula or transform: cached per process
+        return catalog.resolve(fn), None
+    return resolve(baked, Stored(formula=definitions.get), name=fn), baked
 
 
 def generated_name(c: Candidate) -> str:
@@ -211,13 +254,31 @@ def run_generation(
     rng: random.Random,
     norm_fields: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    seconds: float | None = None,
 ) -> tuple[GenerationRecord, dict[str, Candidate]]:
     """Propose, filter, prescreen and rank one generation; no training, no storage.
 
     Returns the record (every proposal with its verdict) and the candidates to train by name.
     ``seen`` is updated with every valid proposal, so a later generation never proposes them
     again. ``prescreen_fn`` None skips the prescreen (survivors keep proposal order).
+
+    ``should_stop`` is asked before every proposal and prescreen (the study was cancelled or
+    paused): True raises :class:`GenerationStopped`, nothing decided. ``seconds`` bounds the
+    generation's planning in CPU-seconds of this thread (default: ``opts.planning_seconds``):
+    past it no more proposals or prescreens are made, and what passed so far is ranked.
     """
+    if seconds is None:
+        seconds = opts.planning_seconds(generation, prescreen_fn is not None)
+    # CPU time of this thread (proposals and prescreens run in it): a loaded machine's slower
+    # wall clock must not change what a generation decides
+    deadline = time.thread_time() + seconds
+
+    def stop() -> bool:
+        if should_stop is not None and should_stop():
+            raise GenerationStopped(f"generation {generation} stopped: the study was stopped")
+        return time.thread_time() > deadline
+
     grammar = opts.grammar()
     constraint = opts.constraint()
     want = opts.n_children(generation)
@@ -226,7 +287,7 @@ def run_generation(
     passed: list[tuple[dict[str, Any], Candidate]] = []
     t0 = time.perf_counter()
     for _ in range(opts.proposal_budget(generation)):
-        if len(passed) >= screen_cap:
+        if len(passed) >= screen_cap or stop():
             break
         entry: dict[str, Any] = {"parents": [], "mutation": None}
         try:
@@ -256,6 +317,9 @@ def run_generation(
     for order, (entry, cand) in enumerate(passed):
         score = float(order)  # no prescreen: first come, first trained
         if prescreen_fn is not None:
+            if stop():
+                entry.update(verdict="budget", reason="the generation's planning time was spent")
+                continue
             if progress:
                 progress(f"generation {generation}: prescreen {order + 1}/{len(passed)}")
             norm = NormSpec(name=entry["name"], formula=cand.formula, **dict(norm_fields or {}))
@@ -287,14 +351,18 @@ def run_generation(
     return record, chosen
 
 
-def seed_generation(functions: Sequence[str], seen: Seen) -> GenerationRecord:
-    """Generation 0 from catalog functions: trained as they are (the study's references)."""
+def seed_generation(
+    functions: Sequence[str], seen: Seen, definitions: Mapping[str, str] | None = None
+) -> GenerationRecord:
+    """Generation 0 from the study's functions (catalog names, stored candidates, formulas,
+    transforms): trained as they are (the study's references). A stored candidate's seed keeps
+    its name and carries its baked definition as ``formula``."""
     record = GenerationRecord(generation=0, created_at=time.time())
     for fn in functions:
-        c = catalog.resolve(fn)
+        c, baked = seed_candidate(fn, definitions or {})
         seen.add(c.canonical, c.fingerprint, c.name)
         record.proposals.append(
-            {"name": c.name, "formula": None, "fingerprint": c.fingerprint, "verdict": "seed",
+            {"name": c.name, "formula": baked, "fingerprint": c.fingerprint, "verdict": "seed",
              "parents": [], "mutation": None}
         )  # fmt: skip
     record.counts = {"seed": len(functions)}

@@ -2,8 +2,10 @@
 
 A ``generate`` study evolves sympy trees from :mod:`normfree.search_space.grammar`:
 
-- **generation 0**: the study's ``functions`` (catalog names) as they are, or, without them,
-  ``population`` fresh samples from the grammar that pass the filters below.
+- **generation 0**: the study's ``functions`` (any name the one resolver accepts: catalog,
+  stored user candidates through the study's baked ``definitions``, formulas, transforms) as
+  they are, or, without them, ``population`` fresh samples from the grammar that pass the
+  filters below.
 - **generation g >= 1**: children of the *population* (the ``population`` most recently trained
   candidates: aging, as in regularised evolution) until ``children`` survivors are trained. A
   child is a mutation of a tournament winner (``tournament`` individuals drawn at random, the
@@ -40,6 +42,7 @@ seeded by (study seed, generation), so a crash never changes what a study discov
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +56,7 @@ from normfree.workers.evolution import (
     REJECTED,
     GenerateOptions,
     GenerationRecord,
+    GenerationStopped,
     Individual,
     PrescreenFn,
     Seen,
@@ -118,6 +122,8 @@ class GenerativePlanner:
         from normfree.workers.scheduling import objective_of
 
         self.direction = objective_of(spec.proxy)[1]
+        self._checked_at = -1.0
+        self._stop = False
 
     # -- records ------------------------------------------------------------------------------
     def records(self) -> list[GenerationRecord]:
@@ -227,11 +233,26 @@ class GenerativePlanner:
             added = self._materialize(records[-1])
             if added:
                 return added
+        try:
+            return self._plan(records)
+        except GenerationStopped:  # cancelled or paused mid-generation: nothing was decided
+            return 0
+
+    def _stopped(self) -> bool:
+        """Whether the study was paused or cancelled (read at most every half second: a
+        proposal costs a fraction of that, a trial's epoch far more)."""
+        now = time.monotonic()
+        if now - self._checked_at >= 0.5:
+            self._checked_at = now
+            self._stop = self.store.study_status(self.study_id) in ("paused", "cancelled")
+        return self._stop
+
+    def _plan(self, records: list[GenerationRecord]) -> int:
         while len(records) <= self.opts.generations:
             g = len(records)
             seen = self._seen(records)
             if g == 0 and self.spec.functions:
-                record = seed_generation(self.spec.functions, seen)
+                record = seed_generation(self.spec.functions, seen, self.spec.definitions)
             else:
                 record, _ = run_generation(
                     g,
@@ -242,6 +263,7 @@ class GenerativePlanner:
                     rng=random.Random(f"normfree-generate:{self.opts.sampler_seed}:{g}"),
                     norm_fields=self._norm_fields(),
                     progress=self.progress,
+                    should_stop=self._stopped,
                 )
             self._write(record)  # decisions first: a restart re-inserts, never re-decides
             records.append(record)
@@ -258,9 +280,11 @@ def realize_text(formula: str, name: str) -> Candidate:
 
 
 def _expr_of(p: Mapping[str, Any]) -> Any:
-    try:
+    from normfree.search_space.resolver import resolve
+
+    try:  # a seed's formula may be a baked transform call (``shift_h(1.5*u/(1+abs(u)), 0.5)``)
         if p.get("formula"):
-            return realize_text(p["formula"], p["name"]).expr
+            return resolve(p["formula"], name=p["name"]).expr
         return catalog.resolve(p["name"]).expr
     except ExpressionError:
         return None

@@ -150,7 +150,7 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             page.fill("#token", "nf_wrong")
             page.click("#submit-button")
             page.wait_for_selector("#submit-error")
-            assert "unknown or revoked" in page.locator("#submit-error").inner_text()
+            assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
 
             # Live progress: a study created through the API, its trials finished by a "worker"
             # (this process, through the repository) while the page is open; the page polls.

@@ -116,3 +116,33 @@ def test_only_the_importer_or_an_admin_replaces_or_deletes_a_reference_set(api: 
     # the owner deletes its own
     assert c.post("/api/references", json=REFERENCE, headers=bob).status_code == 201
     assert c.delete("/api/references/alices", headers=bob).status_code == 200
+
+
+def test_only_the_creator_or_an_admin_deletes_a_finished_study(api: Api) -> None:
+    import optuna
+
+    from normfree.storage import optuna_storage_url
+    from normfree.testing.seeding import seed_property_study
+
+    c = api.client
+    alice, bob, admin, _reader = _tokens(api)
+    sid = c.post("/api/studies", json=STUDY, headers=alice).json()["id"]
+    busy = c.delete(f"/api/studies/{sid}", headers=alice)
+    assert busy.status_code == 409 and "cancel it first" in busy.json()["message"]
+    assert c.post(f"/api/studies/{sid}/cancel", headers=alice).status_code == 200
+    assert c.delete(f"/api/studies/{sid}", headers=bob).status_code == 403
+    assert c.get(f"/api/studies/{sid}").status_code == 200  # still there
+    r = c.delete(f"/api/studies/{sid}", headers=alice)
+    assert r.status_code == 200 and r.json() == {"id": sid, "deleted": True}
+    assert c.get(f"/api/studies/{sid}").status_code == 404
+    assert api.repo.list_trials(sid) == []
+    names = optuna.get_all_study_names(storage=optuna_storage_url(api.settings))
+    assert f"normfree-study-{sid}" not in names
+    assert c.delete(f"/api/studies/{sid}", headers=alice).status_code == 404
+    # a finished study with no owner (the CLI's): an admin's; its leaderboard rows go with it
+    seeded = seed_property_study(api.settings)
+    assert c.get("/api/leaderboards/vit-tiny").json()["rows"]
+    assert c.delete(f"/api/studies/{seeded.study_id}", headers=alice).status_code == 403
+    assert c.delete(f"/api/studies/{seeded.study_id}", headers=admin).status_code == 200
+    board = c.get("/api/leaderboards/vit-tiny")
+    assert board.status_code == 404 or board.json()["rows"] == [], board.text

@@ -287,3 +287,70 @@ def test_planner_evolves_records_lineage_and_restarts_without_redeciding(tmp_pat
     board = store.repo.leaderboard("vit-tiny", study_id=study_id)
     assert {r["candidate"] for r in board} >= {x["name"] for x in trained} | {"erf", "layernorm"}
     assert all(r["n"] == 2 for r in board)
+
+
+# ------------------------------------------------------------------ bounded and stoppable (#28)
+
+
+def test_a_generation_stops_at_its_planning_seconds() -> None:
+    """The estimate counts proposals and prescreens; a generation never spends past it."""
+    opts = GenerateOptions(population=2, max_proposals=100_000)
+    assert opts.planning_seconds(1) >= 100_000 * 0.5
+    pop = [Individual("erf", catalog.get("erf").expr, 0, 0.9)]
+    record, chosen = run_generation(
+        1, pop, Seen(catalog.all()), opts, prescreen_fn=None, rng=random.Random(3), seconds=0.0
+    )
+    assert record.proposals == [] and chosen == {}
+    # a small budget: some proposals, far fewer than asked
+    record, _ = run_generation(
+        1, pop, Seen(catalog.all()), opts, prescreen_fn=None, rng=random.Random(3), seconds=0.5
+    )
+    assert 0 < len(record.proposals) < 1000
+
+
+def test_a_cancel_stops_the_proposal_loop(tmp_path) -> None:
+    """Issue 28: ``generations: 1000, population: 1, max_proposals: 100000`` kept proposing
+    after a cancel. Now the planner reads the study's status while it proposes and stops."""
+    import threading
+    import time
+
+    from normfree.workers.evolution import GenerationStopped
+
+    store = TrialStore(f"sqlite:///{tmp_path / 'gen.db'}")
+    store.migrate()
+    spec = StudySpec(
+        kind="generate",
+        proxy="vit-tiny",
+        seeds=1,
+        functions=["erf"],
+        epochs=1,
+        params={"generations": 1000, "population": 1, "max_proposals": 100_000},
+    )
+    study_id = store.repo.create_study(spec)
+    ostudy = optuna.create_study(
+        study_name=f"normfree-study-{study_id}", storage=store.optuna_storage()
+    )
+    planner = GenerativePlanner(spec, study_id, store, ostudy, prescreen_fn=None)
+    assert planner.next_generation() == 1  # generation 0: erf
+    _finish_all(store, study_id, lambda norm: 0.5)
+    # every child a duplicate: the planner would propose forever, generation after generation
+    seen_calls = []
+    real_seen = planner._seen
+
+    def all_seen(records):
+        seen = real_seen(records)
+        seen.match = lambda cand: seen_calls.append(1) or "erf"  # type: ignore[method-assign]
+        return seen
+
+    planner._seen = all_seen  # type: ignore[method-assign]
+    out: list[int] = []
+    worker = threading.Thread(target=lambda: out.append(planner.next_generation()), daemon=True)
+    worker.start()
+    time.sleep(1.0)
+    assert worker.is_alive() and seen_calls  # proposing
+    t0 = time.monotonic()
+    store.repo.set_study_status(study_id, "cancelled")
+    worker.join(30)
+    assert not worker.is_alive(), "the proposal loop kept running after the cancel"
+    assert time.monotonic() - t0 < 5.0 and out == [0]
+    assert issubclass(GenerationStopped, Exception)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, prescreens, reads, security, services
+from normfree.api import cache, offload, prescreens, reads, security, services
 from normfree.api.deps import (
     GroupQuery,
     PropertyQuery,
@@ -60,7 +61,11 @@ class CandidateDetail(CandidatePublic):
     },
 )
 async def submit_candidate(
-    data: CandidateCreate, state: StateDep, token: WriterToken, response: Response
+    request: Request,
+    data: CandidateCreate,
+    state: StateDep,
+    token: WriterToken,
+    response: Response,
 ) -> CandidateSubmitted:
     """Submit f(u): answers its canonical form, properties, the zero-cost prescreen, and
     ``duplicate_of`` when it is the same function as a known candidate (nothing is stored then).
@@ -71,10 +76,19 @@ async def submit_candidate(
     character position.
     """
 
+    parsed = services.parsed_submission(data.formula, data.name)
+    if parsed is None:
+        # a formula this process has not parsed: the token first (no parse for a refused
+        # request), then the parse in a worker process (api.offload), never here
+        await reads.quick(state, check_token, state, token)
+        parsed = await parsed_submission(request, state, data)
+
     def submit() -> CandidateSubmitted:
         # the token's check and the submission in one thread-pool call (each hand-off cost
         # as much as a known function's whole submission under 32 clients)
-        return services.submit_candidate(state, data, submitter=check_token(state, token))
+        return services.submit_candidate(
+            state, data, submitter=check_token(state, token), parsed=parsed
+        )
 
     result = await reads.quick(state, submit)
     if not result.created:
@@ -112,7 +126,7 @@ async def list_candidates(
 
 
 @router.get("/{name}", response_model=CandidateDetail, responses={404: {"model": ErrorBody}})
-def get_candidate(
+async def get_candidate(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -121,22 +135,32 @@ def get_candidate(
     """One candidate (a catalog name, a transform call like ``shift_h(erf, 0.5)``, or a stored
     user name) with f and f' on u in [-5, 5] and its leaderboard rows across proxies.
 
-    Names that must be parsed are rate-limited per anonymous client (429, see api.security)."""
-    security.limit_costly_name(request, name)
-    cand, pub = services.get_candidate_object(state, name)
-    unreadable = list(pub.unreadable)
-    stored = state.repo.get_candidate(pub.name)
-    prescreen = prescreens.status(state, stored, pub.fingerprint, unreadable)
-    return CandidateDetail(
-        **{**pub.model_dump(), "unreadable": unreadable},
-        plot=services.candidate_plot(cand),
-        results=reads.candidate_results(state, pub.name, pub.fingerprint),
-        prescreen=prescreen,
-    )
+    Names that must be parsed are rate-limited per anonymous client (429, see api.security)
+    and parsed in a worker process (api.offload: 422 past its time limit). A stored field that
+    cannot be read (a corrupt row) is empty and named in ``unreadable``."""
+    parsed = await parsed_name(request, state, name)
+
+    def answer() -> CandidateDetail:
+        if parsed is None:
+            cand, pub = services.get_candidate_object(state, name)
+            plot = services.candidate_plot(cand)
+        else:
+            cand, pub, plot = parsed
+        unreadable = list(pub.unreadable)
+        stored = state.repo.get_candidate(pub.name)
+        prescreen = prescreens.status(state, stored, pub.fingerprint, unreadable)
+        return CandidateDetail(
+            **{**pub.model_dump(), "unreadable": unreadable},
+            plot=plot,
+            results=reads.candidate_results(state, pub.name, pub.fingerprint),
+            prescreen=prescreen,
+        )
+
+    return await run_in_threadpool(answer)
 
 
 @router.get("/{name}/results", response_model=list[dict], responses={404: {"model": ErrorBody}})
-def get_candidate_results(
+async def get_candidate_results(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -145,6 +169,43 @@ def get_candidate_results(
     """The leaderboard rows of every arm that ran this function, across proxies: arms with
     options (``erf [shift=scalar]``), and other names of the same function (a stored duplicate,
     or a transform that is the identity: ``shift_h(erf, 0)`` is erf)."""
-    security.limit_costly_name(request, name)
-    _cand, pub = services.get_candidate_object(state, name)
-    return reads.candidate_results(state, pub.name, pub.fingerprint)
+    parsed = await parsed_name(request, state, name)
+
+    def answer() -> list[dict]:
+        if parsed is None:
+            _cand, pub = services.get_candidate_object(state, name)
+        else:
+            pub = parsed[1]
+        return reads.candidate_results(state, pub.name, pub.fingerprint)
+
+    return await run_in_threadpool(answer)
+
+
+async def parsed_name(request: Request, state: services.ServiceState, name: str) -> Any:
+    """None for a known name (a lookup, answered in the thread pool); for a name that must be
+    parsed, the rate limit (api.security) and then the parse in a worker process."""
+    known = await reads.quick(state, security.known_name, request, name)
+    if known:
+        return None
+    await reads.quick(state, security.limit_parse, request)
+    return await offload.pool(request).call(
+        security.client_id(request), "normfree.api.services.candidates:parse_for_read", name
+    )
+
+
+async def parsed_submission(
+    request: Request, state: services.ServiceState, data: CandidateCreate
+) -> Any:
+    """A submission's parse (``services.parse_submission``): remembered by this process, else
+    made in a worker process after the name's check (a catalog name is refused unparsed)."""
+    parsed = services.parsed_submission(data.formula, data.name)
+    if parsed is None:
+        await reads.quick(state, services.check_submission_name, data.name)
+        parsed = await offload.pool(request).call(
+            security.client_id(request),
+            "normfree.api.services.candidates:parse_submission",
+            data.formula,
+            data.name,
+        )
+        services.remember_parsed(data.formula, data.name, parsed)
+    return parsed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from normfree import __version__
+from normfree.api import reads
 from normfree.api.deps import StateDep
 from normfree.api.schemas import Health, Version
 
@@ -12,11 +13,14 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health)
-def health(state: StateDep) -> Health:
-    """Whether the API and its database answer (always public, never needs a token)."""
+async def health(state: StateDep) -> Health:
+    """Whether the API and its database answer (always public, never needs a token).
+
+    The ping runs where a small read costs least (``reads.small_read``: on the loop for SQLite,
+    a short-work thread for a server database), never behind the thread pool's builds."""
     db = state.db
     try:
-        db.ping()
+        await reads.small_read(state, db.ping)
         return Health(status="ok", database=db.dialect, database_ok=True)
     except Exception as exc:  # a health check reports the failure instead of raising it
         return Health(

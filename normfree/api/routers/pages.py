@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, fidelity, links, plots, prescreens, reads, security, services
+from normfree.api import cache, fidelity, links, plots, prescreens, reads, services
 from normfree.api.deps import (
     GroupQuery,
     IdPath,
@@ -31,7 +31,9 @@ from normfree.api.deps import (
     check_token,
 )
 from normfree.api.errors import ApiError, describe_validation
+from normfree.api.routers import candidates
 from normfree.api.schemas import CandidateCreate
+from normfree.specs import LIVE_STATUSES
 
 router = APIRouter(include_in_schema=False)
 log = logging.getLogger(__name__)
@@ -211,7 +213,7 @@ def page_candidates(
 
 
 @router.get("/candidates/{name:path}", response_class=HTMLResponse, name="page_candidate")
-def page_candidate(
+async def page_candidate(
     request: Request, state: StateDep, _reader: Reader, name: Annotated[str, Path(max_length=300)]
 ) -> Response:
     """f and f', properties, prescreen (for stored submissions) and results across proxies.
@@ -219,10 +221,30 @@ def page_candidate(
     A name that resolves to nothing (a stored arm whose candidate was renamed, or a catalog
     name since retired) still shows its stored results, with a notice saying so."""
     name = links.name_in_path(request, name)
-    security.limit_costly_name(request, name)
+    # a name that must be parsed: the rate limit, then the parse in a worker (as the API's read)
+    refused: ApiError | None = None
+    parsed: Any = None
+    try:
+        parsed = await candidates.parsed_name(request, state, name)
+    except ApiError as exc:
+        if exc.status_code not in (404, 422):
+            raise
+        refused = exc
+    return await run_in_threadpool(_candidate_page, request, state, name, parsed, refused)
+
+
+def _candidate_page(
+    request: Request, state: Any, name: str, parsed: Any, refused: ApiError | None
+) -> Response:
     parts = PageParts("candidate")
     try:
-        cand, pub = services.get_candidate_object(state, name)
+        if refused is not None:
+            raise refused
+        if parsed is None:
+            cand, pub = services.get_candidate_object(state, name)
+            plot = parts.build("the plot of f and f'", lambda: services.candidate_plot(cand), None)
+        else:
+            cand, pub, plot = parsed
     except ApiError as exc:
         if exc.status_code not in (404, 422):
             raise
@@ -246,7 +268,6 @@ def page_candidate(
             prescreen=None,
         )
     figure = None
-    plot = parts.build("the plot of f and f'", lambda: services.candidate_plot(cand), None)
     if plot is not None:
         figure = parts.build(
             "the plot of f and f'",
@@ -326,6 +347,9 @@ async def page_study(
             )
         elif detail.progress.finished:
             parts.note("No plot: no trial of this study completed (why, per arm, is below).")
+        if figure is None and detail.status in LIVE_STATUSES:
+            # an empty div the live view draws into as soon as a cell finishes
+            figure = '<div id="study-figure"><p class="muted">No cell has finished yet.</p></div>'
         importance = None
         if detail.generate is not None:
             gen = detail.generate
@@ -336,7 +360,7 @@ async def page_study(
                 ),
                 None,
             )
-        live = detail.status in ("pending", "running", "paused")
+        live = detail.status in LIVE_STATUSES
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
         study_fidelity = parts.build(
@@ -490,7 +514,7 @@ def page_submit(request: Request, _reader: Reader) -> Response:
 
 
 @router.post("/submit", response_class=HTMLResponse, name="page_submit_post")
-def page_submit_post(
+async def page_submit_post(
     request: Request,
     state: StateDep,
     name: Annotated[str, Form(max_length=200)] = "",
@@ -501,9 +525,12 @@ def page_submit_post(
     """The form's write: same token rule and same service code as ``POST /api/candidates``."""
     form = {"name": name, "formula": formula, "description": description}
     try:
-        who = check_token(state, token.strip() or None)
         data = CandidateCreate(name=name, formula=formula, description=description.strip() or None)
-        result = services.submit_candidate(state, data, submitter=who)
+        who = await run_in_threadpool(check_token, state, token.strip() or None)
+        parsed = await candidates.parsed_submission(request, state, data)
+        result = await run_in_threadpool(
+            lambda: services.submit_candidate(state, data, submitter=who, parsed=parsed)
+        )
     except ValidationError as exc:
         msg = describe_validation([dict(e) for e in exc.errors()])
         return _render(request, "submit.html", 422, form=form, result=None, error=msg)
@@ -511,17 +538,21 @@ def page_submit_post(
         return _render(
             request, "submit.html", exc.status_code, form=form, result=None, error=exc.message
         )
-    figure = None
-    cand = None
-    with contextlib.suppress(ApiError):
-        cand, _ = services.get_candidate_object(state, result.duplicate_of or result.name)
-    if cand is not None:
-        plot = services.candidate_plot(cand)
-        if plot is not None:
-            figure = plots.to_div(
-                plots.function_figure(plot.u, plot.f, plot.df, result.name), "fn-figure"
-            )
-    status = 201 if result.created else 200
-    return _render(
-        request, "submit.html", status, form={}, result=result, error=None, figure=figure
-    )
+
+    def page() -> Response:
+        figure = None
+        cand = None
+        with contextlib.suppress(ApiError):
+            cand, _ = services.get_candidate_object(state, result.duplicate_of or result.name)
+        if cand is not None:
+            plot = services.candidate_plot(cand)
+            if plot is not None:
+                figure = plots.to_div(
+                    plots.function_figure(plot.u, plot.f, plot.df, result.name), "fn-figure"
+                )
+        status = 201 if result.created else 200
+        return _render(
+            request, "submit.html", status, form={}, result=result, error=None, figure=figure
+        )
+
+    return await run_in_threadpool(page)

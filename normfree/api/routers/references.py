@@ -6,8 +6,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
 
-from normfree.api import fidelity
+from normfree.api import fidelity, offload, security
 from normfree.api.deps import Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
@@ -101,16 +102,18 @@ async def import_reference(
     whole set, and every bad row is named."""
     body = await request.body()
     content_type = request.headers.get("content-type", "").lower()
-    return fidelity.import_reference(
-        state,
+    # every row's cells are resolved through the catalog (formula parses): in a worker process
+    ref = await offload.pool(request).call(
+        security.client_id(request),
+        "normfree.api.fidelity:parse_reference",
         body,
         content_type,
-        who=who,
-        name=name,
-        title=title,
-        source=source,
-        replace=replace,
+        name,
+        title,
+        source,
+        what="the reference set",
     )
+    return await run_in_threadpool(fidelity.store_reference, state, ref, who=who, replace=replace)
 
 
 @router.delete(

@@ -7,10 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, reads, services
+from normfree.api import budget, cache, offload, reads, security, services
 from normfree.api.deps import IdPath, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
-from normfree.api.schemas import StudyCreate, StudyDetail, StudyList, StudyPublic, TrialPage
+from normfree.api.schemas import (
+    StudyCreate,
+    StudyDeleted,
+    StudyDetail,
+    StudyList,
+    StudyPublic,
+    TrialPage,
+)
 from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
@@ -31,13 +38,44 @@ _CONTROL = {
 }
 
 
-@router.post("", response_model=StudyPublic, status_code=201, responses=_AUTH)
-def create_study(data: StudyCreate, state: StateDep, who: WritePrincipal) -> StudyPublic:
+@router.post(
+    "",
+    response_model=StudyPublic,
+    status_code=201,
+    responses={
+        429: {"model": ErrorBody, "description": "Over the token's budget of trial-seconds."},
+        **_AUTH,
+    },
+)
+async def create_study(
+    request: Request, data: StudyCreate, state: StateDep, who: WritePrincipal
+) -> StudyPublic:
     """Create a property study, an options study or a function search (the options of
     ``normfree study ...``). Its trials are planned now; it runs in the background (the answer
     does not wait), and ``GET /api/studies/{id}`` shows its progress. The study belongs to
-    the token that created it: only it (or an admin token) may pause, resume or cancel it."""
-    return services.create_study(state, data, who)
+    the token that created it: only it (or an admin token) may pause, resume or cancel it.
+
+    The check (formula parses, the plan's cost) and the planning run in a worker process; a
+    study that would take the token's unfinished studies over its budget of trial-seconds
+    answers 429 with Retry-After and the figures (api.budget)."""
+    pool, client = offload.pool(request), security.client_id(request)
+    settings = state.settings
+    spec, estimate = await pool.call(
+        client, "normfree.api.services.studies:check_request", settings, data, what="the study"
+    )
+    ledger: budget.TokenBudget = request.app.state.token_budget
+    async with ledger.lock(who.id):
+        await run_in_threadpool(ledger.check, state, who.id, estimate.trial_seconds)
+        study_id = await pool.call(
+            client,
+            "normfree.api.services.studies:plan",
+            settings,
+            spec,
+            who.id,
+            what="the study's plan",
+            seconds=max(settings.offload_seconds, 120.0),
+        )
+    return await run_in_threadpool(services.created, state, study_id, estimate)
 
 
 @router.get("", response_model=StudyList)
@@ -126,3 +164,20 @@ for _action in ("pause", "resume", "cancel"):
         responses=_CONTROL,
         name=f"{_action}_study",
     )
+
+
+@router.delete(
+    "/{study_id}",
+    response_model=StudyDeleted,
+    responses={
+        **_CONTROL,
+        409: {
+            "model": ErrorBody,
+            "description": "Not cancelled, complete or failed, or a trial of it still runs.",
+        },
+    },
+)
+def delete_study(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyDeleted:
+    """Delete a finished study with its trials and its Optuna study (cancel it first). Only
+    the token that created it, or an admin token, may; its proxy's leaderboard drops it."""
+    return services.delete_study(state, study_id, who)

@@ -178,6 +178,20 @@ def _catalog_public() -> tuple[S.CandidatePublic, ...]:
 
 
 _PARSE_CACHE_SIZE = 1024
+# A Candidate's dataclass fields (the rest of its __dict__ is cached_property values).
+_FIELDS = frozenset(
+    {
+        "name",
+        "formula",
+        "expr",
+        "derivative",
+        "lineage",
+        "group",
+        "citation",
+        "description",
+        "kinks",
+    }
+)
 
 
 @lru_cache(maxsize=_PARSE_CACHE_SIZE)
@@ -281,17 +295,25 @@ def _call_prescreen(prescreen: Any, candidate: Any) -> Any:
 _CATALOG_DUPLICATE: dict[str, str | None] = {}
 
 
-def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:
-    """The name of a known candidate (catalog or stored) that is the same function, if any."""
-    from normfree.search_space import catalog
-    from normfree.search_space.dedup import find_duplicate as ss_find_duplicate
-
+def _catalog_duplicate(candidate: Any, known: str | bool | None = False) -> str | None:
+    """The catalog entry ``candidate`` duplicates (or None), remembered by canonical form;
+    ``known`` (a worker's answer) is remembered instead of computed when given."""
     if candidate.canonical not in _CATALOG_DUPLICATE:
-        hit = ss_find_duplicate(candidate, catalog.all())
+        if known is False:
+            from normfree.search_space import catalog
+            from normfree.search_space.dedup import find_duplicate as ss_find_duplicate
+
+            hit = ss_find_duplicate(candidate, catalog.all())
+            known = None if hit is None else hit.name
         if len(_CATALOG_DUPLICATE) >= _PARSE_CACHE_SIZE:
             _CATALOG_DUPLICATE.clear()
-        _CATALOG_DUPLICATE[candidate.canonical] = None if hit is None else hit.name
-    name = _CATALOG_DUPLICATE[candidate.canonical]
+        _CATALOG_DUPLICATE[candidate.canonical] = known  # type: ignore[assignment]
+    return _CATALOG_DUPLICATE[candidate.canonical]
+
+
+def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:
+    """The name of a known candidate (catalog or stored) that is the same function, if any."""
+    name = _catalog_duplicate(candidate)
     if name is not None and name != candidate.name:
         return name
     for row in repo.list_candidates(fingerprint=candidate.fingerprint):
@@ -303,35 +325,70 @@ def find_duplicate(repo: CandidateStore, candidate: Any) -> str | None:
     return None
 
 
-def submit_candidate(
-    state: ServiceState, data: S.CandidateCreate, submitter: str | None, *, prescreen: bool = True
-) -> S.CandidateSubmitted:
-    """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form.
-
-    The prescreen is answered when this process knows it for the function; otherwise it runs
-    after the answer (``prescreen.status == "pending"``, see ``api.prescreens``).
-    """
-    repo = state.repo
-    if is_reserved_name(data.name):
+def check_submission_name(name: str) -> None:
+    """409 when ``name`` is reserved (a baseline's or a paper alias's) or a catalog entry's
+    (before any parse)."""
+    if is_reserved_name(name):
         raise ApiError(
             409,
             "name_taken",
-            f"{data.name!r} is reserved: training and reference sets read it as a baseline or "
+            f"{name!r} is reserved: training and reference sets read it as a baseline or "
             f"a paper's operator ({', '.join(sorted(RESERVED_NAMES))}); choose another name",
             {"field": "name"},
         )
-    if _is_catalog_name(data.name):
+    if _is_catalog_name(name):
         raise ApiError(
             409,
             "name_taken",
-            f"{data.name!r} is a catalog name; choose another name for your formula",
+            f"{name!r} is a catalog name; choose another name for your formula",
             {"field": "name"},
         )
-    cand = _parse_formula(data.formula, data.name)
+
+
+# Submissions parsed by a worker, by (formula, name): a resubmission is stored without one.
+_PARSED: dict[tuple[str, str], tuple[Any, str | None]] = {}
+
+
+def parsed_submission(formula: str, name: str) -> tuple[Any, str | None] | None:
+    """The worker's answer for this submission, when this process has it."""
+    return _PARSED.get((formula, name))
+
+
+def remember_parsed(formula: str, name: str, parsed: tuple[Any, str | None]) -> None:
+    if len(_PARSED) >= _PARSE_CACHE_SIZE:
+        _PARSED.pop(next(iter(_PARSED)))
+    _PARSED[(formula, name)] = parsed
+
+
+def submit_candidate(
+    state: ServiceState,
+    data: S.CandidateCreate,
+    submitter: str | None,
+    *,
+    prescreen: bool = True,
+    parsed: tuple[Any, str | None] | None = None,
+) -> S.CandidateSubmitted:
+    """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form.
+
+    ``parsed``: :func:`parse_submission`'s answer from a worker process (the REST route's way);
+    without it the formula is parsed here. The prescreen is answered when this process knows it
+    for the function; otherwise it runs after the answer (``prescreen.status == "pending"``,
+    see ``api.prescreens``).
+    """
+    repo = state.repo
+    check_submission_name(data.name)
+    if parsed is not None:
+        cand = parsed[0]
+        _catalog_duplicate(cand, parsed[1])
+    else:
+        cand = _parse_formula(data.formula, data.name)
     if data.description:
         from dataclasses import replace
 
-        cand = replace(cand, description=data.description)
+        described = replace(cand, description=data.description)
+        # keep what was computed (properties: seconds of sympy) on the copy
+        described.__dict__.update({k: v for k, v in cand.__dict__.items() if k not in _FIELDS})
+        cand = described
     existing = repo.get_candidate(data.name)
     if existing is not None:
         return _name_held(state, existing, cand, data.name, prescreen)
@@ -442,6 +499,29 @@ def get_candidate_object(state: ServiceState, name: str) -> tuple[Any, S.Candida
         except Exception:  # stored before a parser change: show the row without plots
             cand = None
         return cand, _candidate_public(row, source="user")
+    cand = resolve_name(name)
+    return cand, _candidate_public(cand, source="catalog")
+
+
+def parse_for_read(name: str) -> tuple[Any, S.CandidatePublic, S.PlotData | None]:
+    """In a worker process (``api.offload``): a name that must be parsed (a formula or a
+    transform call), with its properties and plot computed there, where sympy's time costs
+    the server nothing; the Candidate travels back with them cached on it."""
+    cand = resolve_name(name)
+    return cand, _candidate_public(cand, source="catalog"), candidate_plot(cand)
+
+
+def parse_submission(formula: str, name: str) -> tuple[Any, str | None]:
+    """In a worker process: a submitted formula parsed, its properties computed and the catalog
+    entry it duplicates (or None); the server then only stores it (``submit_candidate``)."""
+    cand = _parse_formula(formula, name)
+    candidate_dict(cand)  # properties, canonical form and fingerprint, cached on the candidate
+    return cand, _catalog_duplicate(cand)
+
+
+def resolve_name(name: str) -> Any:
+    """A catalog name or transform call as a Candidate; 422 with the parser's reason for a
+    formula it refuses, 404 for an unknown bare name."""
     if len(name) > 300:
         raise not_found("candidate", name[:40] + "...")
     cand = _resolve_cached(name)
@@ -458,7 +538,7 @@ def get_candidate_object(state: ServiceState, name: str) -> tuple[Any, S.Candida
             except Exception:
                 pass
         raise not_found("candidate", name)
-    return cand, _candidate_public(cand, source="catalog")
+    return cand
 
 
 def candidate_plot(cand: Any) -> S.PlotData | None:

@@ -14,6 +14,7 @@ from normfree.api.errors import ApiError, not_found
 from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, readable_mapping
+from normfree.settings import Settings
 from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
@@ -93,8 +94,9 @@ def validate_study(data: S.StudyCreate, stored: Stored | None = None) -> StudySp
     except Exception as exc:
         raise ApiError(422, "invalid_study", str(exc)) from None
     # the size first: it costs nothing, and a study over it is not worth resolving cell by cell
-    try:
-        n_trials = kinds.get(spec.kind).trial_count(spec)
+    try:  # the most it may run: a search's extra seeds for its top arms included
+        kind = kinds.get(spec.kind)
+        n_trials = max(kind.trial_count(spec), kind.budget_trials(spec))
     except Exception:  # an unknown kind or bad params: the validation below says which
         n_trials = 0
     if n_trials > 2000:
@@ -110,29 +112,68 @@ def create_study(
     state: ServiceState, data: S.StudyCreate, owner: Principal | None = None
 ) -> S.StudyPublic:
     """Validate, estimate and create a study owned by ``owner`` (the creating token), then hand
-    it to the runner."""
-    from normfree.workers.cost import check_study
-    from normfree.workers.driver import create_study as engine_create_study
+    it to the runner; all in this process (the REST route does the same in steps:
+    :func:`check_request` and :func:`plan` in a worker process, the token's budget and
+    :func:`created` here)."""
     from normfree.workers.validation import stored_names
 
-    spec = validate_study(data, stored_names(state.repo))
+    spec, estimate = _checked(state.settings, data, stored_names(state.repo))
+    study_id = plan(state.settings, spec, owner.id if owner else None)
+    return created(state, study_id, estimate)
 
+
+def check_request(settings: Settings, data: S.StudyCreate) -> tuple[StudySpec, Any]:
+    """In a worker process: the request against the registries, the stored candidates it
+    names and the cost budget (formula parses, the trial plan): the spec and its estimate, or
+    a 422 with every problem."""
+    from normfree.workers.validation import stored_names
+
+    return _checked(settings, data, stored_names(_worker_repo(settings)))
+
+
+def _checked(settings: Settings, data: S.StudyCreate, stored: Stored) -> tuple[StudySpec, Any]:
+    from normfree.workers.cost import check_study
+
+    spec = validate_study(data, stored)
     try:
-        estimate = check_study(spec, state.settings)  # params, overrides, dataset, cost budget
+        estimate = check_study(spec, settings)  # params, overrides, dataset, cost budget
     except ValueError as exc:
         problems = str(exc).split("; ")
         raise ApiError(422, "invalid_study", str(exc), {"problems": problems}) from None
+    return spec, estimate
+
+
+_WORKER_REPOS: dict[str, RepositoryLike] = {}
+
+
+def _worker_repo(settings: Settings) -> RepositoryLike:
+    """A worker process's repository over the server's database (one per URL, kept)."""
+    from normfree.api.services.state import open_repository
+
+    repo = _WORKER_REPOS.get(settings.database_url)
+    if repo is None:
+        repo = _WORKER_REPOS[settings.database_url] = open_repository(settings, migrate=False)
+    return repo
+
+
+def plan(settings: Settings, spec: StudySpec, owner_token_id: int | None = None) -> int:
+    """Write the study (owned by ``owner_token_id``), its planned trials and its Optuna study;
+    its id. In a worker process for the REST route: planning 2,000 trials is seconds of the
+    GIL."""
+    from normfree.workers.driver import create_study as engine_create_study
+
     try:
-        study_id = engine_create_study(
-            spec,
-            settings=state.settings,
-            validated=True,
-            owner_token_id=owner.id if owner else None,
+        return engine_create_study(
+            spec, settings=settings, validated=True, owner_token_id=owner_token_id
         )
     except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         # Planning validates everything the registries know (transform names, value types in
         # params, ...): the engine's reason is the message.
         raise ApiError(422, "invalid_study", f"the study cannot be planned: {exc}") from None
+
+
+def created(state: ServiceState, study_id: int, estimate: Any) -> S.StudyPublic:
+    """A planned study handed to the runner, as its public row with the estimate."""
     if state.runner is not None:
         state.runner.submit(study_id)
     row = state.repo.get_study(study_id)
@@ -156,28 +197,28 @@ def _cells(
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
     from normfree.api.services.leaderboards import public_failure
     from normfree.storage import failures, stats
-    from normfree.storage.leaderboard import arm_text
+    from normfree.storage.leaderboard import arm_text, identity
 
     transform = spec.get("transform")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         ax = dict(t.get("axis_values") or {})
         ax.pop("seed", None)
-        key = tuple(sorted((k, str(v)) for k, v in ax.items())) or (("function", t["candidate"]),)
-        groups[key].append(t)
+        # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms
+        ax["function"] = identity(str(ax.get("function", t["candidate"])))
+        groups[tuple(sorted((k, str(v)) for k, v in ax.items()))].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
         ax = dict(ts[0].get("axis_values") or {})
         ax.pop("seed", None)
-        function = str(ax.pop("function", ts[0]["candidate"]))
+        function = identity(str(ax.pop("function", ts[0]["candidate"])))
         baseline = bool(ax.pop("baseline", False))
         value = ax.pop(transform, None) if transform else None
         if isinstance(value, float) and not math.isfinite(value):
             value = None
-        vals = [t["value"] for t in ts if t["status"] == "COMPLETE" and t.get("value") is not None]
-        summ = stats.summarize(vals)
+        summ = stats.summarize(_values_by_seed(ts))
         label = arm_text(function, value, ax)
         cells.append(
             S.StudyCell(
@@ -199,6 +240,20 @@ def _cells(
         )
     cells.sort(key=lambda c: (c.baseline, c.function, c.value if c.value is not None else 0.0))
     return cells, objective, direction
+
+
+def _values_by_seed(trials: list[dict[str, Any]]) -> list[float]:
+    """A cell's completed values: a seed run under two names of one function (``erf`` and
+    ``shift_h(erf, 0)``) counts once, the plain name's value, as
+    ``storage.leaderboard.merge_identities`` counts it."""
+    from normfree.storage.leaderboard import identity
+
+    done = [t for t in trials if t["status"] == "COMPLETE" and t.get("value") is not None]
+    is_plain = [identity(t["candidate"]) == t["candidate"] for t in done]
+    seeds = {t.get("seed") for t, p in zip(done, is_plain, strict=True) if p}
+    return [
+        t["value"] for t, p in zip(done, is_plain, strict=True) if p or t.get("seed") not in seeds
+    ]
 
 
 def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any] | None:
@@ -245,8 +300,8 @@ def _study_cells(
         from normfree.storage import reads
 
         fields = (
-            "candidate", "status", "axis_values", "objective", "direction", "value", "error",
-            "failure",
+            "candidate", "seed", "status", "axis_values", "objective", "direction", "value",
+            "error", "failure",
         )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
@@ -387,3 +442,30 @@ def control_study(
     row = state.repo.get_study(study_id)
     assert row is not None
     return _study_public(state, row)
+
+
+def delete_study(state: ServiceState, study_id: int, who: Principal) -> S.StudyDeleted:
+    """Delete a finished study, its trials and its Optuna study: 404 when none, 403 unless
+    ``who`` created it or is an admin token, 409 unless it is cancelled, complete or failed
+    with no trial running. The leaderboards of its proxy are folded again without it."""
+    from normfree.api.deps import require_owner
+    from normfree.storage.studies import StudyBusy
+
+    row = state.repo.get_study(study_id)
+    if row is None:
+        raise not_found("study", study_id)
+    require_owner(who, row.get("owner_token_id"), f"study {study_id}")
+    try:
+        optuna_name = state.repo.delete_finished_study(study_id)
+    except KeyError:
+        raise not_found("study", study_id) from None
+    except StudyBusy as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    if optuna_name:
+        import optuna
+
+        try:
+            optuna.delete_study(study_name=optuna_name, storage=state.store.optuna_storage())
+        except Exception:  # never created, or gone: our rows are what the API shows
+            log.info("no Optuna study %s to delete", optuna_name, exc_info=True)
+    return S.StudyDeleted(id=study_id)

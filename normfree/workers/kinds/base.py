@@ -117,6 +117,11 @@ class StudyKind(ABC):
         typical = TrialConfig(**base_config(spec), norm=norm_spec("erf", spec), seed=0)
         return [typical] * self.budget_trials(spec)
 
+    def planning_seconds(self, spec: StudySpec) -> float:
+        """CPU-seconds the kind may spend outside trials (generate: proposals and prescreens),
+        at most: counted by the cost estimate beside the trials' seconds."""
+        return 0.0
+
     def budget_trials(self, spec: StudySpec) -> int:
         """How many trials a kind that is not a grid runs at most."""
         return self.trial_count(spec)

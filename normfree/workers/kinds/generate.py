@@ -56,6 +56,15 @@ class GenerateKind(StudyKind):
         opts = generate_options(spec)
         return (opts.population + opts.generations * opts.n_children(1)) * spec.seeds
 
+    def planning_seconds(self, spec: StudySpec) -> float:
+        """Every generation's proposals and prescreens at their most (``run_generation`` stops
+        a generation at its share): generation 0 proposes only without ``functions``."""
+        from normfree.workers.evolution import generate_options
+
+        opts = generate_options(spec)
+        first = 1 if spec.functions else 0
+        return sum(opts.planning_seconds(g) for g in range(first, opts.generations + 1))
+
     def refill(self, driver: StudyDriver) -> bool:
         """Plan the next generation once nothing of the study is in flight."""
         if driver.in_flight:

@@ -1,0 +1,275 @@
+"""One hostile client against 32 ordinary readers: does anyone else notice? (issue 28, point 1)
+
+A real ``normfree serve --no-run-studies`` on loopback over a fresh SQLite database. For the
+measured window, at once:
+
+- **the hostile client** (its own process, as issue 28 probed): in turns, ``POST
+  /api/references`` with a CSV of 4 rows of distinct long formulas (with a token), 20 parallel
+  anonymous ``GET /api/candidates/<new formula>``, the same with a fresh ``X-Forwarded-For`` per
+  request, a ``generate`` study of ``generations: 1000, population: 1, max_proposals: 100000``
+  and a search of 2,000 trials with 10 extra seeds for 100 top arms (both must be refused);
+- **32 readers**, keep-alive connections, each in a loop over ``GET /api/candidates``,
+  ``/api/candidates/erf``, ``/api/leaderboards/vit-tiny``, ``/api/references`` and
+  ``/api/version``;
+- **a health probe**: ``GET /api/health`` ten times a second on its own connection.
+
+Reported: the readers' and the probe's count, errors and p50/p90/p99/max in ms, the same
+without the hostile client (``calm``, measured first over as long a window), what the hostile
+client was answered (status counts per probe), and the machine. Targets: readers' p99 < 100 ms,
+health max < 50 ms. The machine is shared: the load average is recorded beside the figures.
+
+    python bench/bench_hostile.py [--quick] [--seconds 20] [--readers 32]
+
+Before the window the server is warmed up (what it does once: the catalog, the first
+leaderboard, its parse workers' start; seconds on an idle machine, a minute on a loaded one):
+``--quick`` measures 6 s, under 30 s in all on an idle machine. Prints one JSON object as its last
+line and writes it to bench/results/hostile[-quick].json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from bench_read_scale import Client
+from figures import latency_figures, save
+from machine import describe
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+READS = (
+    "/api/candidates",
+    "/api/candidates/erf",
+    "/api/leaderboards/vit-tiny",
+    "/api/references",
+    "/api/version",
+)
+CSV_HEAD = "setting,family,metric,direction,resolution,function,shift,alpha,value\n"
+
+
+def _formula(i: int, salt: str) -> str:
+    """A distinct, long, valid formula (no '/': it travels in a path)."""
+    return (
+        f"tanh(u*{i + 2}.{salt})*exp(-u**2*0.0{i + 1})+atan(u*{i + 3})*0.{i + 1}"
+        f"+u*exp(-abs(u)*{i + 4})*0.{i + 2}+erf(u*0.{i + 5})*0.{i + 3}"
+    )
+
+
+def hostile(base: str, token: str, go: Any, out: Any) -> None:
+    """The hostile client's loop (a separate process): says "ready" on ``out`` once imported,
+    runs from the moment ``go`` gives it the end time, then puts its status counts on ``out``."""
+    import httpx
+
+    out.put("ready")
+    until = go.get()
+
+    counts: dict[str, dict[str, int]] = {}
+
+    def note(probe: str, status: int | str) -> None:
+        per = counts.setdefault(probe, {})
+        per[str(status)] = per.get(str(status), 0) + 1
+
+    auth = {"Authorization": f"Bearer {token}"}
+    generate = {
+        "kind": "generate",
+        "proxy": "vit-tiny",
+        "seeds": 1,
+        "params": {"generations": 1000, "population": 1, "max_proposals": 100000},
+    }
+    search = {
+        "kind": "search", "proxy": "vit-tiny", "seeds": 1, "epochs": 1, "sampler": "random",
+        "n_trials": 2000, "extra_seeds_for_top": 10, "params": {"top_arms": 100},
+    }  # fmt: skip
+    round_ = 0
+    with (
+        httpx.Client(base_url=base, timeout=120) as c,
+        concurrent.futures.ThreadPoolExecutor(20) as ex,
+    ):
+        while time.time() < until:
+            salt = f"{os.getpid()}{round_}"
+            rows = "".join(f"h,vit,accuracy,maximize,,{_formula(i, salt)},,,80\n" for i in range(4))
+            try:
+                r = c.post(
+                    f"/api/references?name=hostile{salt}&source=x",
+                    content=CSV_HEAD + rows,
+                    headers={**auth, "Content-Type": "text/csv"},
+                )
+                note("references_csv", r.status_code)
+            except httpx.HTTPError as exc:
+                note("references_csv", type(exc).__name__)
+
+            def get(i: int, forwarded: bool, salt: str = salt, n: int = round_) -> int | str:
+                headers = {"X-Forwarded-For": f"10.9.{n % 250}.{i}"} if forwarded else {}
+                try:
+                    return httpx.get(
+                        f"{base}/api/candidates/{_formula(i, salt + ('9' if forwarded else ''))}",
+                        headers=headers,
+                        timeout=120,
+                    ).status_code
+                except httpx.HTTPError as exc:
+                    return type(exc).__name__
+
+            for forwarded in (False, True):
+                probe = "parallel_gets_forwarded" if forwarded else "parallel_gets"
+                for status in ex.map(lambda i, f=forwarded: get(i, f), range(20)):
+                    note(probe, status)
+            for probe, body in (("generate_1000", generate), ("search_3000", search)):
+                try:
+                    note(probe, c.post("/api/studies", json=body, headers=auth).status_code)
+                except httpx.HTTPError as exc:
+                    note(probe, type(exc).__name__)
+            round_ += 1
+    out.put(counts)
+
+
+async def readers(host: str, port: int, n: int, until: float) -> dict[str, Any]:
+    """32 readers and the health probe until ``until``: their latency figures."""
+    seconds = until - time.time()
+    lat: list[float] = []
+    health: list[float] = []
+    errors = {"readers": 0, "health": 0}
+
+    async def reader(k: int) -> None:
+        c = Client(host, port)
+        i = k
+        try:
+            while time.time() < until:
+                path = READS[i % len(READS)]
+                i += 1
+                t0 = time.perf_counter()
+                try:
+                    status, _ = await asyncio.wait_for(c.request("GET", path), 30)
+                    ok = status == 200
+                except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                    ok = False
+                    await c.close()
+                    c = Client(host, port)
+                if ok:
+                    lat.append((time.perf_counter() - t0) * 1000)
+                else:
+                    errors["readers"] += 1
+        finally:
+            await c.close()
+
+    async def probe() -> None:
+        c = Client(host, port)
+        try:
+            while time.time() < until:
+                t0 = time.perf_counter()
+                try:
+                    status, _ = await asyncio.wait_for(c.request("GET", "/api/health"), 30)
+                    ok = status == 200
+                except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                    ok = False
+                    await c.close()
+                    c = Client(host, port)
+                if ok:
+                    health.append((time.perf_counter() - t0) * 1000)
+                else:
+                    errors["health"] += 1
+                await asyncio.sleep(0.1)
+        finally:
+            await c.close()
+
+    await asyncio.gather(probe(), *(reader(k) for k in range(n)))
+    return {
+        "readers": latency_figures(lat, errors["readers"], seconds),
+        "health": latency_figures(health, errors["health"], seconds),
+    }
+
+
+def warm_up(base: str) -> float:
+    """What a server does once (the catalog, the first leaderboard, its parse workers' start),
+    done before the measured window: every read until it answers fast, and two parses at once
+    (one per worker). Its seconds."""
+    import httpx
+
+    t0 = time.perf_counter()
+    with httpx.Client(base_url=base, timeout=300) as c:
+        for path in READS:
+            for _ in range(20):
+                t = time.perf_counter()
+                c.get(path)
+                if time.perf_counter() - t < 0.5:
+                    break
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            list(ex.map(lambda i: c.get(f"/api/candidates/{_formula(i, 'warm')}"), range(2)))
+    return round(time.perf_counter() - t0, 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="6 s of load (under 30 s in all)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of the measured window")
+    ap.add_argument("--readers", type=int, default=32)
+    args = ap.parse_args()
+    seconds = 6.0 if args.quick else args.seconds
+
+    from normfree.api.services import open_repository
+    from normfree.settings import Settings
+    from normfree.testing.live import live_server
+
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="nf-hostile-") as tmp:
+        url = f"sqlite:///{tmp}/hostile.db"
+        repo = open_repository(Settings(database_url=url))
+        token = repo.create_token("hostile")
+        repo.db.dispose()
+        with live_server(url, "--no-run-studies") as base:
+            base = base.rstrip("/")
+            parsed = urlparse(base)
+            host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+            warm_s = warm_up(base)
+            # the same readers without the hostile client first: on a shared machine the
+            # difference, not the absolute figure, is what the hostile client costs them
+            calm = asyncio.run(readers(host, port, args.readers, time.time() + seconds))
+            ctx = mp.get_context("spawn")
+            queue: Any = ctx.Queue()
+            go: Any = ctx.Queue()
+            proc = ctx.Process(target=hostile, args=(base, token, go, queue), daemon=True)
+            proc.start()
+            assert queue.get(timeout=300) == "ready"
+            load_before = os.getloadavg()[0]
+            until = time.time() + seconds
+            go.put(until)
+            figures = asyncio.run(readers(host, port, args.readers, until))
+            try:
+                hostile_counts = queue.get(timeout=180)
+            except Exception:
+                hostile_counts = {"error": "the hostile client did not report"}
+            proc.join(10)
+    readers_p99 = figures["readers"].get("p99_ms")
+    health_max = figures["health"].get("max_ms")
+    result = {
+        "benchmark": "hostile",
+        "quick": args.quick,
+        "seconds": seconds,
+        "readers_n": args.readers,
+        "warm_up_s": warm_s,
+        **figures,
+        "calm": calm,
+        "hostile": hostile_counts,
+        "targets": {
+            "readers_p99_lt_100ms": readers_p99 is not None and readers_p99 < 100,
+            "health_max_lt_50ms": health_max is not None and health_max < 50,
+        },
+        "load_avg_1m_before": round(load_before, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "total_s": round(time.perf_counter() - t_start, 1),
+        "machine": describe(),
+    }
+    save(result, "hostile", args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""Work that must not run on the event loop (or in the server's process): formula parses,
+reference imports, study validation and creation, in a small pool of worker processes.
+
+Why processes: sympy holds the GIL for the whole of a parse (a long formula is seconds), so a
+thread pool only moves the stall from the event loop to every other thread: with 20 parallel
+parses of new formulas ``/api/health`` took 56 s (issue 28). A worker process parses while the
+server's own threads keep answering.
+
+How it stays fair and bounded (:class:`OffloadPool`):
+
+- **a bounded queue per client** (``NORMFREE_OFFLOAD_QUEUE_PER_CLIENT`` jobs queued or running):
+  over it the answer is 429 with ``Retry-After``; clients take turns, one job per turn (the
+  client served least recently first), so one client's flood never delays another client's
+  request by more than one job per worker;
+- **a hard time limit per job** (``NORMFREE_OFFLOAD_SECONDS``, counted from the moment a worker
+  takes the job, never its queueing): a job that takes longer is refused with 422 and the reason,
+  and its worker process is killed and replaced (the next job waits for a fresh worker's start,
+  not counted against its limit);
+- workers run at a lower CPU priority (``nice`` +10): on a small machine the server's answers
+  to every other client come before a parse;
+- workers start on first use (a test app that never parses never spawns one), import the
+  parser once, and exit with the server (or when it dies: their pipe closes).
+
+A job names a module-level function (``"module:function"``) and picklable arguments; the
+function may raise :class:`~normfree.api.errors.ApiError`, which travels back as itself. The
+functions live beside the code they serve (``services.candidates``, ``api.fidelity``,
+``services.studies``); the ones here are only the machinery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import math
+import multiprocessing
+import os
+import threading
+from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from normfree.api.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+# Added to a worker's niceness (lower CPU priority than the server's own process).
+WORKER_NICENESS = 10
+# A worker that has not said "ready" in this long is killed and its job refused with 503.
+_START_SECONDS = 120.0
+# What a worker does before it says ready, so that no job pays for it (against its time
+# limit): import the parser, build the catalog (seconds of sympy) and take each job's first-use
+# costs (scipy.special, the dedup probes: a first submission took 4 s, the next 0.5 s).
+_WARM_UP: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("normfree.search_space.catalog:all", ()),
+    ("normfree.api.services.candidates:parse_submission", ("atan(u)*u+erf(u)", "warm-up")),
+    ("normfree.api.services.candidates:parse_for_read", ("tanh(u)*0.5+u",)),
+)
+
+
+def _worker_main(conn: Connection) -> None:
+    """A worker process: warm up, say ready, then run one job at a time until the pipe closes."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's to handle
+    # Background work: when parses and the server want the same cores, the server's answers
+    # (every other client's reads) go first.
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
+    warm_up()
+    conn.send(("ready",))
+    while True:
+        try:
+            target, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        conn.send(_run_job(target, args))
+
+
+def warm_up() -> None:
+    """Take :data:`_WARM_UP`'s costs in this process (once: later calls hit the caches)."""
+    for target, args in _WARM_UP:
+        _run_job(target, args)
+
+
+_PRELOADED = False
+
+
+def _context() -> Any:
+    """The forkserver context, its server preloading :mod:`._offload_preload` (the warm-up):
+    it is started once per server process (seconds: the imports and the catalog), and every
+    worker after it, a replacement too, is a fork of it (milliseconds), never of the threaded
+    server itself."""
+    global _PRELOADED
+    ctx = multiprocessing.get_context("forkserver")
+    if not _PRELOADED:
+        ctx.set_forkserver_preload(["normfree.api._offload_preload"])
+        _PRELOADED = True
+    return ctx
+
+
+def _run_job(target: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """One job's outcome: ``("ok", value)``, ``("api", status, code, message, detail, headers)``
+    or ``("crash", text)``; never raises (an unpicklable value is a crash, not a dead worker)."""
+    import pickle
+
+    try:
+        module, _, name = target.partition(":")
+        value = getattr(importlib.import_module(module), name)(*args)
+        out: tuple[Any, ...] = ("ok", value)
+        pickle.dumps(out)
+        return out
+    except ApiError as exc:
+        return ("api", exc.status_code, exc.error, exc.message, exc.detail, exc.headers)
+    except RecursionError:
+        return ("api", 422, "invalid", "rejected: the input is nested too deeply", None, None)
+    except Exception as exc:  # reported to the client as a 500-free refusal, logged there
+        return ("crash", f"{type(exc).__name__}: {exc}"[:500])
+
+
+class _Slot:
+    """One worker process, started on demand; used by one thread at a time."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.process: Any = None
+        self.conn: Connection | None = None
+        self.replaced = 0  # how many times this slot's process was killed (tests read it)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def _start(self) -> None:
+        ctx = _context()
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(
+            target=_worker_main, args=(child,), name=f"normfree-offload-{self.index}", daemon=True
+        )
+        proc.start()
+        child.close()
+        self.process, self.conn = proc, parent
+        if not parent.poll(_START_SECONDS):
+            self.kill()
+            raise TimeoutError("the worker did not start")
+        parent.recv()
+
+    def ensure_started(self) -> None:
+        if self.process is None or not self.process.is_alive():
+            self.kill()
+            self._start()
+
+    def kill(self) -> None:
+        proc, conn = self.process, self.conn
+        self.process = self.conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+    def run(self, target: str, args: tuple[Any, ...], seconds: float) -> tuple[Any, ...]:
+        """Blocking: the job's outcome, ``("timeout",)`` after ``seconds`` (the process is
+        killed; the next job starts a fresh one) or ``("crash", text)``."""
+        try:
+            self.ensure_started()
+        except Exception as exc:
+            return ("unavailable", f"{type(exc).__name__}: {exc}")
+        assert self.conn is not None
+        try:
+            self.conn.send((target, args))
+            if not self.conn.poll(seconds):
+                self.kill()
+                self.replaced += 1
+                return ("timeout",)
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            self.kill()
+            self.replaced += 1
+            return ("crash", f"the worker process died ({type(exc).__name__})")
+
+
+@dataclass
+class _Job:
+    target: str
+    args: tuple[Any, ...]
+    future: asyncio.Future[tuple[Any, ...]]
+    what: str = "the formula"
+    seconds: float | None = None
+    started: bool = field(default=False)
+
+
+class OffloadPool:
+    """Worker processes behind per-client round-robin queues (see the module docstring)."""
+
+    def __init__(self, workers: int = 2, seconds: float = 15.0, per_client: int = 4) -> None:
+        self.seconds = seconds
+        self.per_client = per_client
+        self.slots = [_Slot(i) for i in range(workers)]
+        self._idle = list(self.slots)
+        self._queues: OrderedDict[str, deque[_Job]] = OrderedDict()
+        self._pending: dict[str, int] = {}
+        self._served: dict[str, int] = {}  # client -> the turn it was last served (while pending)
+        self._turn = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="normfree-offload")
+        self._lock = threading.Lock()  # only close() and the loop touch state; close may be
+        self._closed = False  # called from another thread at shutdown
+
+    def start(self) -> None:
+        """Start every worker now, in the background (a server does at start: a worker's start
+        is seconds of imports and warm-up, better spent before the first request)."""
+        for slot in self.slots:
+            self._executor.submit(slot.ensure_started)
+
+    def queued(self, client: str) -> int:
+        """Jobs of ``client`` queued or running."""
+        return self._pending.get(client, 0)
+
+    async def call(
+        self,
+        client: str,
+        target: str,
+        *args: Any,
+        what: str = "the formula",
+        seconds: float | None = None,
+    ) -> Any:
+        """Run ``target(*args)`` in a worker; its value, or its ApiError raised here.
+
+        429 when ``client`` already has ``per_client`` jobs queued or running; 422 when the job
+        runs past its time limit (``what`` names it in the message); 503 when no worker starts.
+        """
+        if self._closed:
+            raise ApiError(503, "unavailable", "the server is shutting down")
+        n = self._pending.get(client, 0)
+        if n >= self.per_client:
+            raise ApiError(
+                429,
+                "too_many_requests",
+                f"this client already has {n} parses or imports queued or running (at most "
+                f"{self.per_client}); wait for their answers, then retry",
+                {"queued": n, "limit": self.per_client},
+                headers={"Retry-After": str(max(1, math.ceil(self.seconds)))},
+            )
+        loop = asyncio.get_running_loop()
+        job = _Job(target, args, loop.create_future(), what, seconds)
+        self._pending[client] = n + 1
+        self._queues.setdefault(client, deque()).append(job)
+        try:
+            self._pump(loop)
+            outcome = await job.future
+        finally:
+            left = self._pending.get(client, 1) - 1
+            if left > 0:
+                self._pending[client] = left
+            else:
+                self._pending.pop(client, None)
+                self._served.pop(client, None)
+        return self._unwrap(outcome, job)
+
+    def _unwrap(self, outcome: tuple[Any, ...], job: _Job) -> Any:
+        kind = outcome[0]
+        if kind == "ok":
+            return outcome[1]
+        if kind == "api":
+            _, status, code, message, detail, headers = outcome
+            raise ApiError(status, code, message, detail, headers)
+        if kind == "timeout":
+            limit = job.seconds if job.seconds is not None else self.seconds
+            raise ApiError(
+                422,
+                "too_expensive",
+                f"{job.what} took longer than the server's limit of {limit:g} s to check; "
+                "simplify it",
+                {"reason": "time_limit", "seconds": limit},
+            )
+        if kind == "unavailable":
+            log.error("offload worker unavailable: %s", outcome[1])
+            raise ApiError(503, "unavailable", "no worker process could start; retry later")
+        log.warning("offload job %s failed: %s", job.target, outcome[1])
+        raise ApiError(
+            422, "rejected", f"{job.what} could not be checked: {outcome[1]}", {"reason": "crash"}
+        )
+
+    def _pump(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand queued jobs to idle workers, one client per turn."""
+        while self._idle and self._queues:
+            # the client served least recently (one never served first): a flood's later jobs
+            # wait behind every other client's next one
+            client = min(self._queues, key=lambda c: self._served.get(c, -1))
+            queue = self._queues[client]
+            job = queue.popleft()
+            if not queue:
+                del self._queues[client]
+            self._turn += 1
+            self._served[client] = self._turn
+            if job.future.done():  # its request went away while it queued
+                continue
+            slot = self._idle.pop()
+            task = loop.create_task(self._run(loop, slot, job))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, slot: _Slot, job: _Job) -> None:
+        seconds = job.seconds if job.seconds is not None else self.seconds
+        try:
+            outcome = await loop.run_in_executor(
+                self._executor, slot.run, job.target, job.args, seconds
+            )
+        except BaseException as exc:  # the executor is gone (shutdown): answer, never hang
+            outcome = ("unavailable", f"{type(exc).__name__}: {exc}")
+        finally:
+            self._idle.append(slot)
+        if not job.future.done():
+            job.future.set_result(outcome)
+        if not self._closed:
+            self._pump(loop)
+
+    def close(self) -> None:
+        """Stop every worker process (the server is stopping)."""
+        with self._lock:
+            self._closed = True
+            for slot in self.slots:
+                slot.kill()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def pool(request: Any) -> OffloadPool:
+    """The app's pool (``create_app`` makes one per app)."""
+    return request.app.state.offload
+
+
+__all__ = ["OffloadPool", "pool"]

@@ -1,0 +1,175 @@
+"""Issue 28, point 1: parses run in worker processes, bounded per client, fair, time-limited.
+
+The pool's own tests use real worker processes and ``time:sleep`` as the job (a job whose length
+the test chooses); the HTTP tests go through the app; the flood test through a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from normfree.api.errors import ApiError
+from normfree.api.offload import OffloadPool
+from normfree.testing.live import live_server
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_a_job_past_its_time_limit_is_refused_and_its_worker_replaced() -> None:
+    pool = OffloadPool(workers=1, seconds=1.0, per_client=4)
+    try:
+        assert _run(pool.call("a", "math:sqrt", 16.0)) == 4.0
+        pid = pool.slots[0].pid
+        with pytest.raises(ApiError) as err:
+            _run(pool.call("a", "time:sleep", 30.0, what="the formula"))
+        assert err.value.status_code == 422
+        assert "longer than the server's limit of 1 s" in err.value.message
+        assert err.value.detail == {"reason": "time_limit", "seconds": 1.0}
+        assert pool.slots[0].replaced == 1 and pool.slots[0].pid is None
+        # the next job gets a fresh process
+        assert _run(pool.call("a", "math:sqrt", 9.0)) == 3.0
+        assert pool.slots[0].pid not in (None, pid)
+    finally:
+        pool.close()
+
+
+def test_an_api_error_raised_in_a_worker_arrives_as_itself() -> None:
+    pool = OffloadPool(workers=1, seconds=60.0)
+    try:
+        with pytest.raises(ApiError) as err:
+            _run(pool.call("a", "normfree.api.services.candidates:parse_submission", "u +* 2", "x"))
+        assert err.value.status_code == 422 and err.value.error == "invalid_formula"
+        assert err.value.detail["position"] is not None
+    finally:
+        pool.close()
+
+
+def test_one_client_s_queue_is_bounded_and_others_are_served_in_turn() -> None:
+    pool = OffloadPool(workers=1, seconds=60.0, per_client=3)
+
+    async def scenario() -> tuple[list[Any], list[str]]:
+        done: list[str] = []
+
+        async def job(client: str, tag: str, seconds: float) -> Any:
+            try:
+                await pool.call(client, "time:sleep", seconds)
+                done.append(tag)
+                return tag
+            except ApiError as exc:
+                return exc
+
+        await pool.call("warm", "math:sqrt", 1.0)  # the worker's start is not the test
+        flood = [asyncio.create_task(job("hostile", f"h{i}", 0.4)) for i in range(4)]
+        await asyncio.sleep(0.05)
+        reader = asyncio.create_task(job("reader", "r", 0.0))
+        return await asyncio.gather(*flood, reader), done
+
+    try:
+        results, done = _run(scenario())
+    finally:
+        pool.close()
+    refused = [r for r in results if isinstance(r, ApiError)]
+    assert len(refused) == 1 and refused[0].status_code == 429
+    assert refused[0].headers["Retry-After"] and refused[0].detail["limit"] == 3
+    # the reader queued behind three of the hostile client's jobs, yet ran second: turns
+    assert done.index("r") == 1, done
+
+
+def test_get_of_a_new_formula_is_parsed_in_a_worker(make_api: Any, sqlite_database_url: str):
+    api = make_api(sqlite_database_url, prescreen=False)
+    r = api.client.get("/api/candidates/u*exp(-u**2*3)")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["plot"]["f"] and body["properties"]
+    assert any(s.pid for s in api.app.state.offload.slots)  # a worker process answered it
+    r = api.client.get("/api/candidates/u +* 2")
+    assert r.status_code == 422 and r.json()["detail"]["position"] is not None
+    assert api.client.get("/api/candidates/no_such_name").status_code == 404
+    r = api.client.get("/api/candidates/erf")  # a known name: no worker needed
+    assert r.status_code == 200 and r.json()["plot"]["f"]
+
+
+def test_a_formula_past_the_time_limit_answers_422(make_api: Any, sqlite_database_url: str):
+    api = make_api(sqlite_database_url, prescreen=False, offload_seconds=0.001, offload_workers=1)
+    pool = api.app.state.offload
+    pool.slots[0]._start()  # started and ready: the limit counts the parse only
+    r = api.client.get("/api/candidates/tanh(u)*atan(u*3)+u**3*exp(-u**2)")
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "too_expensive" and "limit" in r.json()["message"]
+    assert pool.slots[0].replaced == 1
+    r = api.client.post(
+        "/api/candidates",
+        json={"name": "slowpoke", "formula": "u/(1+abs(u))+0.1*atan(u)"},
+        headers=api.auth,
+    )
+    assert r.status_code == 422 and r.json()["error"] == "too_expensive"
+    assert api.repo.get_candidate("slowpoke") is None
+
+
+def test_submission_and_reference_import_go_through_the_pool(
+    make_api: Any, sqlite_database_url: str
+) -> None:
+    api = make_api(sqlite_database_url, prescreen=False)
+    r = api.client.post(
+        "/api/candidates", json={"name": "mine", "formula": "u/(1+u**2)**0.7"}, headers=api.auth
+    )
+    assert r.status_code == 201, r.text
+    assert api.repo.get_candidate("mine")["canonical"]
+    # a resubmission is answered from this process's memory of the worker's parse
+    r = api.client.post(
+        "/api/candidates", json={"name": "mine", "formula": "u/(1+u**2)**0.7"}, headers=api.auth
+    )
+    assert r.status_code == 200 and r.json()["created"] is False
+    bad = api.client.post(
+        "/api/references",
+        json={"name": "r1", "source": "x", "rows": [{"function": "u +* 2"}]},
+        headers=api.auth,
+    )
+    assert bad.status_code == 422, bad.text
+    assert api.client.get("/api/references/r1").status_code == 404
+
+
+def test_health_answers_while_one_client_floods_formula_parses(
+    sqlite_database_url: str,
+) -> None:
+    """Issue 28's probe: 20 parallel GETs of new formulas from one client (the limit turned off,
+    so all of them parse) kept /api/health waiting 56 s. Now it answers within a second."""
+    env = {"NORMFREE_ANONYMOUS_PARSES_PER_MINUTE": "0", "NORMFREE_OFFLOAD_QUEUE_PER_CLIENT": "30"}
+    with live_server(sqlite_database_url, "--no-run-studies", env=env) as base:
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:  # both workers started and warm
+            list(
+                ex.map(
+                    lambda f: httpx.get(base + "api/candidates/" + f, timeout=120),
+                    ["u*tanh(u)", "u*tanh(u*2)"],
+                )
+            )
+        formulas = [f"u*exp(-u**2*{i + 2})+atan(u*{i + 3})*0.{i + 1}" for i in range(20)]
+
+        def flood(f: str) -> int:
+            return httpx.get(base + "api/candidates/" + f, timeout=300).status_code
+
+        with (
+            concurrent.futures.ThreadPoolExecutor(20) as ex,
+            httpx.Client(base_url=base, timeout=30) as probe,
+        ):
+            probe.get("api/health")  # the probe's connection is open before the flood
+            futures = [ex.submit(flood, f) for f in formulas]
+            time.sleep(0.5)
+            worst = 0.0
+            for _ in range(10):
+                t0 = time.perf_counter()
+                r = probe.get("api/health")
+                worst = max(worst, time.perf_counter() - t0)
+                assert r.status_code == 200
+                time.sleep(0.1)
+            codes = [f.result() for f in futures]
+    assert worst < 1.0, f"/api/health took {worst:.2f} s during the flood"
+    assert set(codes) <= {200, 422}, codes

@@ -170,3 +170,32 @@ def test_a_failing_fidelity_line_costs_only_the_line(
     assert 'id="leaderboard"' in page.text and "mine" in page.text  # the table stays
     assert 'id="fidelity-line"' not in page.text
     assert "Could not show the fidelity line" in page.text
+
+
+@pytest.mark.postgres
+def test_wrong_shapes_on_postgresql(make_api: Any, postgres_database_url: str) -> None:
+    """JSONB holds only JSON, but of any shape: the same reads answer 200 there too."""
+    api = make_api(postgres_database_url)
+    api.repo.upsert_candidate(
+        {"name": "mine", "formula": "tanh(u)", "canonical": "tanh(u)", "group": "odd"}
+    )
+    sid = store_arms(api.repo, {"erf": "complete", "mine": "complete"})
+    api.repo.set_study_status(sid, "complete")
+    tid = _first_trial(api, sid)
+    _exec(api, "UPDATE trials SET document = NULL")
+    for sql in (
+        "UPDATE trials SET axis_values = CAST(:v AS jsonb), config = CAST(:v AS jsonb) "
+        "WHERE id = :i",
+        "UPDATE trial_metrics SET metrics = CAST(:v AS jsonb) WHERE trial_id = :i",
+        "UPDATE arm_results SET seeds = CAST(:v AS jsonb) WHERE candidate = 'mine'",
+        "UPDATE candidates SET properties = CAST(:v AS jsonb) WHERE name = 'mine'",
+        "UPDATE studies SET spec = CAST(:v AS jsonb) WHERE id = :s",
+    ):
+        _exec(api, sql, v=NOT_A_MAPPING, i=tid, s=sid)
+    t = _ok(api, f"/api/trials/{tid}")
+    assert {"axis_values", "config"} <= set(t["unreadable"]) and t["config"] is None
+    assert any(u.startswith("curve metrics (epoch ") for u in t["unreadable"])
+    assert _ok(api, f"/api/studies/{sid}")["unreadable"][0] == "spec"
+    rows = {r["function"]: r for r in _ok(api, f"/api/leaderboards/{PROXY}")["rows"]}
+    assert rows["mine"]["unreadable"] == ["seeds", "properties"] and not rows["mine"]["ranked"]
+    assert _ok(api, "/api/candidates/mine")["unreadable"] == ["properties"]

@@ -116,6 +116,7 @@ def create_app(
             from normfree.storage.async_reads import AsyncTrialDocuments
 
             state.trial_documents = AsyncTrialDocuments(state.db.url, size=settings.quick_threads)
+        app.state.offload.open()  # a lifespan may run again after a close (test clients)
         if freeze_heap:  # a server process: its parse workers start now, not on first use
             app.state.offload.start()
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.

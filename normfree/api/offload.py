@@ -210,6 +210,18 @@ class OffloadPool:
         self._lock = threading.Lock()  # only close() and the loop touch state; close may be
         self._closed = False  # called from another thread at shutdown
 
+    def open(self) -> None:
+        """Accept work again after :meth:`close` (an app whose lifespan runs more than once, as
+        a test client's does per request, gets a fresh executor; workers start on demand)."""
+        with self._lock:
+            if not self._closed:
+                return
+            self._executor = ThreadPoolExecutor(
+                len(self.slots), thread_name_prefix="normfree-offload"
+            )
+            self._idle = list(self.slots)
+            self._closed = False
+
     def start(self) -> None:
         """Start every worker now, in the background (a server does at start: a worker's start
         is seconds of imports and warm-up, better spent before the first request)."""

@@ -124,3 +124,16 @@ def test_the_reference_list_is_cached_until_a_set_is_stored_or_deleted(
     assert [i["name"] for i in after.json()["items"]] == ["published", "mine"]
     assert api.client.delete("/api/references/mine", headers=api.auth).status_code == 200
     assert [i["name"] for i in api.client.get("/api/references").json()["items"]] == ["published"]
+
+
+def test_a_candidate_s_curve_is_computed_once_per_function() -> None:
+    """The hostile benchmark's readers: half a candidate read's server time was its curve."""
+    from normfree.api import services
+    from normfree.api.services.candidates import _plot
+    from normfree.search_space import catalog
+
+    erf, tanh = catalog.resolve("erf"), catalog.resolve("tanh")
+    first = services.candidate_plot(erf)
+    assert services.candidate_plot(erf) is first  # remembered
+    assert first == _plot(erf)  # and the same as computed afresh
+    assert services.candidate_plot(tanh).f != first.f  # per function

@@ -94,20 +94,24 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
     round_ = 0
     with (
         httpx.Client(base_url=base, timeout=120) as c,
-        concurrent.futures.ThreadPoolExecutor(20) as ex,
+        concurrent.futures.ThreadPoolExecutor(21) as ex,
     ):
         while time.time() < until:
             salt = f"{os.getpid()}{round_}"
             rows = "".join(f"h,vit,accuracy,maximize,,{_formula(i, salt)},,,80\n" for i in range(4))
-            try:
-                r = c.post(
-                    f"/api/references?name=hostile{salt}&source=x",
-                    content=CSV_HEAD + rows,
-                    headers={**auth, "Content-Type": "text/csv"},
-                )
-                note("references_csv", r.status_code)
-            except httpx.HTTPError as exc:
-                note("references_csv", type(exc).__name__)
+
+            def post_csv(salt: str = salt, rows: str = rows) -> int | str:
+                try:
+                    return c.post(
+                        f"/api/references?name=hostile{salt}&source=x",
+                        content=CSV_HEAD + rows,
+                        headers={**auth, "Content-Type": "text/csv"},
+                    ).status_code
+                except httpx.HTTPError as exc:
+                    return type(exc).__name__
+
+            # the import runs beside the GETs (as an attacker would send them: all at once)
+            csv_future = ex.submit(post_csv)
 
             def get(i: int, forwarded: bool, salt: str = salt, n: int = round_) -> int | str:
                 headers = {"X-Forwarded-For": f"10.9.{n % 250}.{i}"} if forwarded else {}
@@ -121,10 +125,15 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
                     return type(exc).__name__
 
             for forwarded in (False, True):
+                if time.time() >= until:  # stop at the window's end, not the round's
+                    break
                 probe = "parallel_gets_forwarded" if forwarded else "parallel_gets"
                 for status in ex.map(lambda i, f=forwarded: get(i, f), range(20)):
                     note(probe, status)
+            note("references_csv", csv_future.result())
             for probe, body in (("generate_1000", generate), ("search_3000", search)):
+                if time.time() >= until:
+                    break
                 try:
                     note(probe, c.post("/api/studies", json=body, headers=auth).status_code)
                 except httpx.HTTPError as exc:

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from normfree.cli._output import fail
+
 db_option = click.option(
     "--db",
     "database_url",
@@ -43,38 +45,38 @@ def counts_line(counts: dict[str, int]) -> str:
 
 
 def run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None) -> dict:
-    """Run the study's driver here, with a rich progress bar unless ``--json``."""
+    """Run the study's driver here, with a rich progress bar unless ``--json``.
+
+    SIGTERM or Ctrl-C stops it cleanly (see :mod:`normfree.cli._signals`): the driver hands its
+    running trials back, the embedded Ray is stopped with all its processes, and the command
+    exits 130 (SIGINT) or 143 (SIGTERM) saying how to carry on.
+    """
+    import signal
+
+    from normfree.cli._signals import interrupt_on_signals
     from normfree.workers.driver import StudyDriver
 
-    if as_json:
-        summary = StudyDriver(study_id, settings=settings, max_parallel=parallel).run()
-    else:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
+    driver: Any = None
+    fired: list[int] = []
+    try:
+        with interrupt_on_signals() as fired:
+            try:
+                driver = StudyDriver(study_id, settings=settings, max_parallel=parallel)
+                summary = driver.run() if as_json else _run_with_progress(driver)
+            finally:
+                if driver is not None:
+                    driver.executor.shutdown()  # Ray and every process it started
+    except KeyboardInterrupt:
+        signum = fired[0] if fired else signal.SIGINT
+        fail(
+            f"study {study_id} interrupted by {signal.Signals(signum).name}: its finished "
+            "trials are kept and its running ones were handed back; carry on with "
+            f"`normfree study run {study_id}`",
+            as_json,
+            code=128 + signum,
+            study_id=study_id,
+            status="interrupted",
         )
-
-        with Progress(
-            TextColumn(f"study {study_id}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[counts]}"),
-        ) as bar:
-            task = bar.add_task("trials", total=None, counts="starting Ray ...")
-
-            def progress(counts: dict[str, int]) -> None:
-                total = sum(counts.values())
-                done = total - counts.get("WAITING", 0) - counts.get("RUNNING", 0)
-                bar.update(task, total=total, completed=done, counts=counts_line(counts))
-
-            driver = StudyDriver(
-                study_id, settings=settings, max_parallel=parallel, on_progress=progress
-            )
-            summary = driver.run()
     driver_summary = {
         "study_id": summary.study_id,
         "status": summary.status,
@@ -85,6 +87,28 @@ def run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None
         "wall_s": round(summary.wall_s, 2),
     }
     return driver_summary
+
+
+def _run_with_progress(driver: Any) -> Any:
+    """The driver's run under a rich progress bar; returns its summary."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn(f"study {driver.study_id}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[counts]}"),
+    ) as bar:
+        task = bar.add_task("trials", total=None, counts="starting Ray ...")
+
+        def progress(counts: dict[str, int]) -> None:
+            total = sum(counts.values())
+            done = total - counts.get("WAITING", 0) - counts.get("RUNNING", 0)
+            bar.update(task, total=total, completed=done, counts=counts_line(counts))
+
+        driver.on_progress = progress
+        return driver.run()
 
 
 def exit_if_failed(study_id: int, status: str, rows: list[dict[str, Any]], as_json: bool) -> None:

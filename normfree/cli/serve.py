@@ -38,10 +38,20 @@ from normfree.cli._output import emit, fail, json_option
 def serve(
     host: str | None, port: int | None, run_studies: bool, log_level: str, workers: int
 ) -> None:
-    """Start the REST API and the dashboard; prints the URL."""
+    """Start the REST API and the dashboard; prints the URL.
+
+    SIGTERM or Ctrl-C stops it cleanly, exit status 0: the study being driven here is stopped
+    (its running trials handed back; `normfree study run ID` carries it on) and the embedded
+    Ray is stopped with every process it started.
+    """
     import uvicorn
 
     from normfree.api import create_app
+    from normfree.cli._signals import exit_zero_on_signals
+
+    # Before anything slow: a signal while the app is built ends the process quietly too, and
+    # uvicorn raises the signal it stopped on again under these handlers once it has shut down.
+    exit_zero_on_signals()
     from normfree.settings import get_settings
 
     settings = get_settings()

@@ -353,7 +353,11 @@ def study_search(
 @click.option(
     "--constraints", default=None, help='Property constraints, e.g. "bounded and monotone".'
 )
-@click.option("--functions", default=None, help="Seed generation 0 with these catalog functions.")
+@click.option(
+    "--functions",
+    default=None,
+    help="Seed generation 0 with these functions (catalog or stored names, formulas).",
+)
 @click.option("--baselines", default="layernorm", show_default=True)
 @click.option("--max-size", type=int, default=24, show_default=True, help="sympy nodes per tree.")
 @click.option("--max-depth", type=int, default=6, show_default=True)

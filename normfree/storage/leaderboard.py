@@ -282,6 +282,19 @@ def candidate_info(session: Any, names: Iterable[str]) -> dict[str, tuple[Any, d
     return out
 
 
+@lru_cache(maxsize=1 << 14)
+def identity(function: str) -> str:
+    """The text that names ``function``'s identity: a transform at its identity dropped
+    (``shift_h(erf, 0)`` -> ``erf``, ``search_space.resolver.spelling``), else the text as it is.
+    Every view that lists arms (the leaderboards, a study's cells, a candidate's results) keys
+    its rows on it, so one function is one row everywhere."""
+    if "(" not in function:
+        return function
+    from normfree.search_space.resolver import spelling
+
+    return spelling(function, collapse=True)
+
+
 def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
     """One function, one row: arms whose functions are one function by their text (a transform
     at its identity: ``shift_h(erf, 0)`` is ``erf``, ``search_space.resolver.spelling``) and
@@ -290,20 +303,15 @@ def merge_identities(arms: Sequence[Arm]) -> list[Arm]:
     once (the plain arm's value)."""
     import json
 
-    from normfree.search_space.resolver import spelling
-
     merged: dict[tuple[str, ...], Arm] = {}
     # plain names first, so the merged arm keeps the plain arm's name, key and values
-    named = [
-        (spelling(a.candidate, collapse=True) if "(" in a.candidate else a.candidate, a)
-        for a in arms
-    ]
+    named = [(identity(a.candidate), a) for a in arms]
     for name, arm in sorted(named, key=lambda na: na[0] != na[1].candidate):
         formula = arm.norm.get("formula")
         norm = {k: v for k, v in arm.norm.items() if k not in ("name", "formula")}
         key = (
             name,
-            spelling(formula, collapse=True) if formula else "",
+            identity(formula) if formula else "",
             arm.context_key,
             json.dumps(norm, sort_keys=True, default=str),
             json.dumps(arm.overrides, sort_keys=True, default=str),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -184,6 +185,7 @@ class StudyDriver:
         poll_s: float = 0.2,
         marker_dir: str | None = None,
         on_progress: Callable[[dict[str, int]], None] | None = None,
+        halt: threading.Event | None = None,
     ) -> None:
         self.settings = settings or get_settings()
         self.study_id = study_id
@@ -197,6 +199,9 @@ class StudyDriver:
         self.poll_s = poll_s
         self.marker_dir = marker_dir
         self.on_progress = on_progress
+        # Set by the process that owns this driver when it shuts down (the server's runner):
+        # stop at once, cancel what runs and hand it back; the study stays running.
+        self.halt = halt or threading.Event()
         self.owner = f"driver:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store.migrate()
         spec = self.store.repo.get_study_spec(study_id)
@@ -367,6 +372,8 @@ class StudyDriver:
                 if now - last_renew > self.settings.lease_seconds / 3:
                     self._renew_inflight()
                     last_renew = now
+                if self.halt.is_set():
+                    break
                 status = self.store.study_status(self.study_id)
                 stopping = status in ("paused", "cancelled")
                 budget_left = max_trials is None or summary.dispatched < max_trials
@@ -415,9 +422,13 @@ class StudyDriver:
                 self.store.repo.set_study_status(self.study_id, "failed")
             raise
         finally:
-            # Leave nothing leased to this driver if we stop early (KeyboardInterrupt, error).
-            for ref in list(self._inflight):
+            # Leave nothing leased to this driver if we stop early (halt, KeyboardInterrupt,
+            # error): cancel what runs and hand it back uncharged, so the next driver starts
+            # it at once instead of waiting for the lease to lapse.
+            for ref, (trial_id, attempt) in list(self._inflight.items()):
                 self.executor.cancel(ref)
+                self.store.repo.release_lease(trial_id, self.owner, attempt, "driver stopped")
+            self._inflight.clear()
         # Rows finished by tasks this driver did not dispatch (a dead driver's, still running
         # on a cluster) were never told to Optuna by anyone: tell them now.
         self._reconcile()

@@ -123,8 +123,22 @@ def validate_spec(spec: StudySpec) -> GenerateOptions:
     for fn in spec.functions:
         if fn in BASELINES:
             raise ValueError(f"{fn!r} is a baseline: list it under baselines, not functions")
-        catalog.resolve(fn)  # ExpressionError (a ValueError) for an unknown function
+        seed_candidate(fn, spec.definitions)  # ExpressionError (a ValueError) when unknown
     return opts
+
+
+def seed_candidate(fn: str, definitions: Mapping[str, str]) -> tuple[Candidate, str | None]:
+    """(candidate, baked definition or None) of a study function that seeds generation 0.
+
+    The one resolver, fed only the study's baked ``definitions`` (stored name -> formula, from
+    ``workers.validation``): a stored user candidate seeds like a catalog name, and the
+    definition travels in the seed's record so a worker without a database builds it."""
+    from normfree.search_space.resolver import Stored, definition, resolve
+
+    baked = definition(fn, definitions) if definitions else None
+    if baked is None:  # a catalog name, formula or transform: cached per process
+        return catalog.resolve(fn), None
+    return resolve(baked, Stored(formula=definitions.get), name=fn), baked
 
 
 def generated_name(c: Candidate) -> str:
@@ -337,14 +351,18 @@ def run_generation(
     return record, chosen
 
 
-def seed_generation(functions: Sequence[str], seen: Seen) -> GenerationRecord:
-    """Generation 0 from catalog functions: trained as they are (the study's references)."""
+def seed_generation(
+    functions: Sequence[str], seen: Seen, definitions: Mapping[str, str] | None = None
+) -> GenerationRecord:
+    """Generation 0 from the study's functions (catalog names, stored candidates, formulas,
+    transforms): trained as they are (the study's references). A stored candidate's seed keeps
+    its name and carries its baked definition as ``formula``."""
     record = GenerationRecord(generation=0, created_at=time.time())
     for fn in functions:
-        c = catalog.resolve(fn)
+        c, baked = seed_candidate(fn, definitions or {})
         seen.add(c.canonical, c.fingerprint, c.name)
         record.proposals.append(
-            {"name": c.name, "formula": None, "fingerprint": c.fingerprint, "verdict": "seed",
+            {"name": c.name, "formula": baked, "fingerprint": c.fingerprint, "verdict": "seed",
              "parents": [], "mutation": None}
         )  # fmt: skip
     record.counts = {"seed": len(functions)}

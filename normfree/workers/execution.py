@@ -328,7 +328,9 @@ class RayExecutor:
                     runtime_env=env,
                 )
             else:
-                # Private, loopback-only, and stopped whole on exit (workers.localray).
+                # Private, loopback-only, and stopped whole on exit (workers.localray). Ours
+                # from the first process on: an interrupted start is stopped too.
+                self.owns_cluster = True
                 localray.start(
                     num_cpus=self.num_cpus or os.cpu_count() or 1,
                     num_gpus=0 if not self.settings.trial_gpus else None,
@@ -337,7 +339,6 @@ class RayExecutor:
                     log_to_driver=self.log_to_driver,
                     runtime_env=env,
                 )
-                self.owns_cluster = True
         self._remote = ray.remote(max_retries=0)(_remote_body).options(
             num_cpus=self.settings.trial_cpus,
             num_gpus=self.settings.trial_gpus,
@@ -382,9 +383,7 @@ class RayExecutor:
         ray.cancel(ref, force=True)
 
     def shutdown(self) -> None:
-        import ray
-
-        if self.owns_cluster and ray.is_initialized():
+        if self.owns_cluster:
             localray.stop()
         self.owns_cluster = False
         self._remote = None

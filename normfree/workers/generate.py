@@ -2,8 +2,10 @@
 
 A ``generate`` study evolves sympy trees from :mod:`normfree.search_space.grammar`:
 
-- **generation 0**: the study's ``functions`` (catalog names) as they are, or, without them,
-  ``population`` fresh samples from the grammar that pass the filters below.
+- **generation 0**: the study's ``functions`` (any name the one resolver accepts: catalog,
+  stored user candidates through the study's baked ``definitions``, formulas, transforms) as
+  they are, or, without them, ``population`` fresh samples from the grammar that pass the
+  filters below.
 - **generation g >= 1**: children of the *population* (the ``population`` most recently trained
   candidates: aging, as in regularised evolution) until ``children`` survivors are trained. A
   child is a mutation of a tournament winner (``tournament`` individuals drawn at random, the
@@ -250,7 +252,7 @@ class GenerativePlanner:
             g = len(records)
             seen = self._seen(records)
             if g == 0 and self.spec.functions:
-                record = seed_generation(self.spec.functions, seen)
+                record = seed_generation(self.spec.functions, seen, self.spec.definitions)
             else:
                 record, _ = run_generation(
                     g,
@@ -278,9 +280,11 @@ def realize_text(formula: str, name: str) -> Candidate:
 
 
 def _expr_of(p: Mapping[str, Any]) -> Any:
-    try:
+    from normfree.search_space.resolver import resolve
+
+    try:  # a seed's formula may be a baked transform call (``shift_h(1.5*u/(1+abs(u)), 0.5)``)
         if p.get("formula"):
-            return realize_text(p["formula"], p["name"]).expr
+            return resolve(p["formula"], name=p["name"]).expr
         return catalog.resolve(p["name"]).expr
     except ExpressionError:
         return None

@@ -201,21 +201,24 @@ def property_importance(
 def study_importance(repo: TrialLedger, study_id: int, **kw: Any) -> dict[str, Any]:
     """:func:`property_importance` over a stored study's trials.
 
-    Properties come from the candidates table; catalog names and transforms without a row are
-    resolved through the catalog (their properties are computed, not stored).
+    Properties come from the candidates table; functions without a row are resolved by the
+    one resolver from the trial's baked definition (``NormSpec.formula``: a transform of a
+    stored candidate), else from the name (catalog names, transforms, formulas).
     """
+    from normfree.search_space.resolver import resolve
+
     rows = [r for r in repo.list_trials(study_id) if r["status"] in RUN_OUTCOME_STATUSES]
     direction = next((r["direction"] for r in rows if r.get("direction")), "maximize")
+    baked = {r["candidate"]: (r.get("norm") or {}).get("formula") for r in rows}
     props: dict[str, Mapping[str, Any]] = {}
-    for name in sorted({r["candidate"] for r in rows} - set(BASELINES)):
+    for name in sorted(set(baked) - set(BASELINES)):
         stored = repo.get_candidate(name)
         if stored and stored.get("properties"):
             props[name] = stored["properties"]
             continue
         try:
-            from normfree.search_space import catalog
-
-            props[name] = catalog.resolve(name).properties.model_dump(mode="json")
+            cand = resolve(baked[name] or name)
         except (ValueError, KeyError):
             continue  # a name nothing resolves any more: left out
+        props[name] = cand.properties.model_dump(mode="json")
     return property_importance(rows, props, direction, **kw)

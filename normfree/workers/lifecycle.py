@@ -116,8 +116,12 @@ def steer(repo: RepositoryLike, study_id: int, action: str, *, restart: bool = F
 # ----------------------------------------------------------------------------- in-process runner
 
 
-def _drive_with_ray(settings: Settings) -> Callable[[int], Any]:
-    """The default way the runner drives a study: a StudyDriver on one shared local executor."""
+def _drive_with_ray(
+    settings: Settings, halt: threading.Event | None = None
+) -> Callable[[int], Any]:
+    """The default way the runner drives a study: a StudyDriver on one shared local executor.
+
+    ``halt`` (the runner's) stops the driver at once when the server shuts down."""
     executor: Any = None
 
     def drive(study_id: int) -> Any:
@@ -128,7 +132,7 @@ def _drive_with_ray(settings: Settings) -> Callable[[int], Any]:
         if executor is None:
             executor = RayExecutor(settings)
             drive.executor = executor  # type: ignore[attr-defined]
-        return StudyDriver(study_id, settings=settings, executor=executor).run()
+        return StudyDriver(study_id, settings=settings, executor=executor, halt=halt).run()
 
     drive.executor = None  # type: ignore[attr-defined]
     return drive
@@ -149,7 +153,8 @@ class StudyRunner:
 
     def __init__(self, settings: Settings, drive: Callable[[int], Any] | None = None) -> None:
         self.settings = settings
-        self._drive = drive or _drive_with_ray(settings)
+        self._halt = threading.Event()
+        self._drive = drive or _drive_with_ray(settings, self._halt)
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._active: set[int] = set()
         self._again: set[int] = set()
@@ -178,7 +183,7 @@ class StudyRunner:
     def _loop(self) -> None:
         while True:
             study_id = self._queue.get()
-            if study_id is None:
+            if study_id is None or self._halt.is_set():
                 return
             try:
                 self._drive(study_id)
@@ -200,8 +205,20 @@ class StudyRunner:
                     else:
                         self._active.discard(study_id)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the study being driven (its running trials are handed back), then Ray.
+
+        The driver thread is stopped and joined before Ray shuts down: a thread still inside
+        a Ray call while the cluster goes away can crash the process. A study stopped here
+        stays ``running``; the next ``resume`` or ``study run`` carries it on.
+        """
+        self._halt.set()
         self._queue.put(None)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("the study runner did not stop within %.0f s", timeout)
         executor = getattr(self._drive, "executor", None)
         if executor is not None:
             try:

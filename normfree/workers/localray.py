@@ -1,7 +1,7 @@
 """The embedded local Ray cluster: reachable from this machine only, and gone when we are.
 
 ``normfree serve`` and the study commands start a private Ray when no cluster address is set.
-Two things Ray does not do for us by default:
+Three things Ray does not do for us by default:
 
 - **Loopback only.** On Linux Ray takes the machine's outward address as the node address and
   its GCS, raylet, object manager, workers and agents listen on every interface. Ray binds
@@ -10,12 +10,19 @@ Two things Ray does not do for us by default:
   switch, in this process and in the environment the Ray processes inherit, for the duration of
   ``ray.init`` only, and pass ``127.0.0.1`` as the node address. Joining a real cluster
   (``NORMFREE_RAY_ADDRESS``) never goes through here.
+- **Our signals stay ours.** ``ray.init`` installs a C-level "failure signal handler" (absl's)
+  for SIGTERM in the driver, over whatever Python had installed: a SIGTERM then printed a stack
+  dump and ended the process with SIGABRT ("Aborted"), before uvicorn or our own handler could
+  shut anything down, and Ray's agents survived it. The driver's core worker is created with
+  that handler off (Ray's ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``, read from the module constant
+  while ``ray.init`` runs), so SIGTERM and SIGINT reach Python.
 - **Fully stopped on exit.** ``ray.shutdown()`` runs at interpreter exit, but a SIGTERM kills
   Python without running exit handlers, and Ray's agents (dashboard agent, runtime-env agent)
   can outlive a raylet that died under them. :func:`start` turns SIGTERM into a normal exit
-  (only where nobody else handles it: uvicorn installs its own handler, which ends in our
-  shutdown through the app's lifespan), and :func:`stop` shuts Ray down and then terminates
-  any process it had started that is still alive, found by process ancestry in ``/proc``.
+  (only where nobody else handles it: ``serve`` and ``study run`` install their own, which end
+  in :func:`stop`), records every process the cluster started (even when ``ray.init`` is
+  interrupted half way), and :func:`stop` shuts Ray down, then terminates that whole tree:
+  SIGTERM, a grace period, SIGKILL. The tree is found by process ancestry in ``/proc``.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from normfree.private import DIR_MODE, private_dir, private_umask
 LOOPBACK = "127.0.0.1"
 _CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
-# Processes the embedded cluster started (pids), recorded after ray.init for stop().
-_started: set[int] = set()
+# Processes the embedded cluster started, recorded after ray.init for stop(): pid -> its start
+# time (so a pid the kernel has since given to another process is never signalled).
+_started: dict[int, int] = {}
 
 
 def descendants(pid: int) -> set[int]:
@@ -65,6 +73,15 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/PID/stat`` field 22); None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie has finished)."""
     try:
@@ -89,7 +106,7 @@ def _sigterm_exits() -> None:
 
 @contextlib.contextmanager
 def _single_host() -> Iterator[None]:
-    """Ray's single-host mode for the duration of ``ray.init`` only.
+    """Ray's single-host mode, and no failure signal handler, for the duration of ``ray.init``.
 
     The processes Ray starts inherit the switch from the environment at spawn time (and the
     raylet passes it on to every worker it starts later); this process reads the module constant
@@ -100,16 +117,42 @@ def _single_host() -> Iterator[None]:
 
     old_env = os.environ.get(_CLUSTER_SWITCH)
     old_const = ray_constants.ENABLE_RAY_CLUSTER
+    old_handler = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
     os.environ[_CLUSTER_SWITCH] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
+    # This process's core worker only: Ray's own processes keep their crash reports.
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     try:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = old_const
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = old_handler
         if old_env is None:
             os.environ.pop(_CLUSTER_SWITCH, None)
         else:
             os.environ[_CLUSTER_SWITCH] = old_env
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """Keep the caller's own Python SIGTERM handler through ``ray.init``.
+
+    ``ray.init`` (in the main thread) replaces SIGTERM's handler with one that exits at once
+    with status 15; a command that handles SIGTERM itself (``study run``: stop the study, hand
+    its trials back, stop Ray) must keep its handler, also while Ray starts.
+    """
+    import ray._private.utils as ray_utils
+
+    main = threading.current_thread() is threading.main_thread()
+    if not main or not callable(signal.getsignal(signal.SIGTERM)):
+        yield
+        return
+    original = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda _handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
 
 
 def private_temp_root() -> Path:
@@ -150,10 +193,16 @@ def start(**init_kwargs: Any) -> None:
     init_kwargs.setdefault("_temp_dir", str(root / "ray"))
     # Umask 077 while Ray starts: the files and sockets it and the processes it spawns (which
     # inherit the umask) create are private; the folders it makes 0777 are inside ``root``.
-    with _single_host(), private_umask():
-        ray.init(address="local", _node_ip_address=LOOPBACK, **init_kwargs)
+    try:
+        with _single_host(), _keep_sigterm_handler(), private_umask():
+            ray.init(address="local", _node_ip_address=LOOPBACK, **init_kwargs)
+    finally:
+        # Also when ray.init is interrupted (Ctrl-C while it starts): what it started so far
+        # is ours to stop.
+        for pid in descendants(os.getpid()) - before:
+            if (t := start_time(pid)) is not None:
+                _started[pid] = t
     _privatise(root)
-    _started.update(descendants(os.getpid()) - before)
     _sigterm_exits()
 
 
@@ -203,19 +252,32 @@ def is_embedded(addr: str) -> bool:
         return True
 
 
-def stop(grace_s: float = 10.0) -> None:
-    """Shut the local cluster down and make sure none of its processes survive."""
+def stop(grace_s: float = 3.0) -> None:
+    """Shut the local cluster down and make sure none of its processes survive.
+
+    The grace is short: what outlives ``ray.shutdown()`` is Ray's dashboard and runtime-env
+    agents, which ignore SIGTERM and end only at the SIGKILL that follows it.
+    """
     import ray
 
     # The cluster's process tree, taken before shutdown re-parents what survives it; only
     # processes the cluster started (and theirs) are ever signalled.
-    tree = set(_started)
-    for p in _started:
+    tree = {p for p, t in _started.items() if start_time(p) == t}
+    for p in set(tree):
         tree |= descendants(p)
     _started.clear()
     if ray.is_initialized():
-        ray.shutdown()
-    left = {p for p in tree if alive(p)}
+        try:
+            ray.shutdown()
+        finally:
+            terminate(tree, grace_s)
+    else:
+        terminate(tree, grace_s)
+
+
+def terminate(pids: set[int], grace_s: float = 10.0) -> None:
+    """SIGTERM every live process of ``pids``, SIGKILL those still alive after ``grace_s``."""
+    left = {p for p in pids if alive(p)}
     deadline = time.monotonic() + grace_s
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in left:
@@ -229,4 +291,4 @@ def stop(grace_s: float = 10.0) -> None:
         deadline = time.monotonic() + 2.0
 
 
-__all__ = ["LOOPBACK", "alive", "descendants", "start", "stop"]
+__all__ = ["LOOPBACK", "alive", "descendants", "start", "stop", "terminate"]

@@ -26,6 +26,7 @@ def check_rescorable(source: str, proxy: str) -> tuple[int, int]:
         objective=dst.objective,
         direction=dst.direction,  # how a score is read, not how the run trains
         description=dst.description,
+        calibration=dst.calibration,  # the record of its own fidelity check, not its training
     )
     if same != dst or not dst.objective.startswith("heldout_"):
         raise ValueError(f"{proxy} does not train exactly as {source}: its runs cannot be rescored")

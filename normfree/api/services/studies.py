@@ -197,28 +197,28 @@ def _cells(
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
     from normfree.api.services.leaderboards import public_failure
     from normfree.storage import failures, stats
-    from normfree.storage.leaderboard import arm_text
+    from normfree.storage.leaderboard import arm_text, identity
 
     transform = spec.get("transform")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         ax = dict(t.get("axis_values") or {})
         ax.pop("seed", None)
-        key = tuple(sorted((k, str(v)) for k, v in ax.items())) or (("function", t["candidate"]),)
-        groups[key].append(t)
+        # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms
+        ax["function"] = identity(str(ax.get("function", t["candidate"])))
+        groups[tuple(sorted((k, str(v)) for k, v in ax.items()))].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
         ax = dict(ts[0].get("axis_values") or {})
         ax.pop("seed", None)
-        function = str(ax.pop("function", ts[0]["candidate"]))
+        function = identity(str(ax.pop("function", ts[0]["candidate"])))
         baseline = bool(ax.pop("baseline", False))
         value = ax.pop(transform, None) if transform else None
         if isinstance(value, float) and not math.isfinite(value):
             value = None
-        vals = [t["value"] for t in ts if t["status"] == "COMPLETE" and t.get("value") is not None]
-        summ = stats.summarize(vals)
+        summ = stats.summarize(_values_by_seed(ts))
         label = arm_text(function, value, ax)
         cells.append(
             S.StudyCell(
@@ -240,6 +240,20 @@ def _cells(
         )
     cells.sort(key=lambda c: (c.baseline, c.function, c.value if c.value is not None else 0.0))
     return cells, objective, direction
+
+
+def _values_by_seed(trials: list[dict[str, Any]]) -> list[float]:
+    """A cell's completed values: a seed run under two names of one function (``erf`` and
+    ``shift_h(erf, 0)``) counts once, the plain name's value, as
+    ``storage.leaderboard.merge_identities`` counts it."""
+    from normfree.storage.leaderboard import identity
+
+    done = [t for t in trials if t["status"] == "COMPLETE" and t.get("value") is not None]
+    is_plain = [identity(t["candidate"]) == t["candidate"] for t in done]
+    seeds = {t.get("seed") for t, p in zip(done, is_plain, strict=True) if p}
+    return [
+        t["value"] for t, p in zip(done, is_plain, strict=True) if p or t.get("seed") not in seeds
+    ]
 
 
 def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any] | None:
@@ -285,8 +299,8 @@ def _study_cells(
         from normfree.storage import reads
 
         fields = (
-            "candidate", "status", "axis_values", "objective", "direction", "value", "error",
-            "failure",
+            "candidate", "seed", "status", "axis_values", "objective", "direction", "value",
+            "error", "failure",
         )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)

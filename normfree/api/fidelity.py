@@ -162,6 +162,79 @@ def report(
     return S.FidelityReport(**rep, headline=headline(rep))
 
 
+# A report's time limit in a worker: the pool's (a formula's) or this, whichever is longer (a
+# report over thousands of trials is seconds of bootstrap, not a hostile input).
+FIDELITY_SECONDS_FLOOR = 60.0
+
+# The worker process's own engines (one per database URL): a worker computes many reports.
+_WORKER_DBS: dict[str, Any] = {}
+
+
+def report_dict(
+    url: str, proxy: str | None, study_id: int | None, reference: str, n_boot: int | None
+) -> dict[str, Any]:
+    """The report as :func:`report` answers it, computed from the database at ``url``; runs in
+    a worker process (``api.offload``): the bootstrap and the trial reads are CPU seconds that
+    would otherwise hold the server's GIL while every other request waits (issue 28)."""
+    from normfree.storage.db import Database
+
+    db = _WORKER_DBS.get(url)
+    if db is None:
+        db = _WORKER_DBS[url] = Database(url)
+    state = _DbOnly(db)
+    return report(
+        state, proxy=proxy, study_id=study_id, reference=reference, n_boot=n_boot
+    ).model_dump()
+
+
+class _DbOnly:
+    """What :func:`report` reads of a service state: its database."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+
+def _shared(url: str) -> bool:
+    """Whether another process can open this database (an in-memory SQLite cannot)."""
+    return ":memory:" not in url and "mode=memory" not in url
+
+
+async def report_off_loop(
+    request: Any,
+    state: Any,
+    *,
+    proxy: str | None = None,
+    study_id: int | None = None,
+    reference: str = BUILTIN_NAME,
+) -> S.FidelityReport:
+    """:func:`report` for a route, in a worker process behind the client's queue and the time
+    limit (``api.offload``); on an in-memory database (tests), in the thread pool."""
+    from starlette.concurrency import run_in_threadpool
+
+    from normfree.api import offload, security
+
+    if (proxy is None) == (study_id is None):
+        raise ApiError(422, "invalid", "give exactly one of proxy or study_id")
+    url = state.db.url
+    if not _shared(url):
+        return await run_in_threadpool(
+            report, state, proxy=proxy, study_id=study_id, reference=reference
+        )
+    pool = offload.pool(request)
+    out = await pool.call(
+        security.client_id(request),
+        "normfree.api.fidelity:report_dict",
+        url,
+        proxy,
+        study_id,
+        reference,
+        None,
+        what="the fidelity report",
+        seconds=max(FIDELITY_SECONDS_FLOOR, pool.seconds),
+    )
+    return S.FidelityReport(**out)
+
+
 def summary(
     state: Any, *, proxy: str | None = None, study_id: int | None = None
 ) -> S.FidelitySummary | None:
@@ -200,5 +273,7 @@ __all__ = [
     "page_url",
     "reference_csv",
     "report",
+    "report_dict",
+    "report_off_loop",
     "summary",
 ]

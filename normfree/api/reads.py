@@ -8,6 +8,7 @@ ordinary service functions; this module only decides what may be reused:
   candidates' version (groups and properties are shown), the database's identity, and how many
   function analyses this process has done (``api.enrich``);
 - the candidate list: the candidates' version;
+- the reference-set list: the references' version (``storage.references.READ_SCOPE``);
 - a study's summary and page: ``services.study_key`` (status, update time, per-status counts);
 - a trial: its status and ``updated_at`` (every write to it moves the pair).
 
@@ -106,6 +107,17 @@ def leaderboard(
 def candidates_key(state: services.ServiceState, *params: Any) -> Key:
     with state.db.read() as conn:
         return (("candidates", params), _versions(conn, "candidates"))
+
+
+def references_key(state: services.ServiceState) -> Key:
+    """The reference-set list's key: the version every stored or deleted set moves (read after
+    this process's first check of the built-in set, which may store it: a bump)."""
+    from normfree.storage.references import READ_SCOPE, ReferenceStore, builtin_checked
+
+    if not builtin_checked(state.db):
+        ReferenceStore(state.db).ensure_builtin()
+    with state.db.read() as conn:
+        return (("references",), _versions(conn, READ_SCOPE))
 
 
 def candidates(

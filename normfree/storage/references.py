@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,8 +30,23 @@ from normfree.fidelity.published import published
 from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, cell_key, norm_cell_key
 from normfree.fidelity.report import ProxyTrial, fd_score
 from normfree.specs import TRAINED_STATUSES, NormSpec, TrialConfig
+from normfree.storage import aggregates
 from normfree.storage.db import Database
 from normfree.storage.models import ReferenceEntryRow, ReferenceSetRow, TrialRow
+
+# Per database, the stamp (row id, creation time) of the built-in set this process last found
+# current: checking it reads and validates every row (27 ms, most of a references read on a
+# busy server), while the stamp is one indexed row; any rewrite of the set gives a new stamp.
+_BUILTIN_CURRENT: weakref.WeakKeyDictionary[Database, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def builtin_checked(db: Database) -> bool:
+    """Whether this process has checked ``db``'s built-in set (:meth:`ensure_builtin`)."""
+    return db in _BUILTIN_CURRENT
+
+
+# The read version (``storage.aggregates.bump``) every write of a set moves: cached lists key on it.
+READ_SCOPE = "references"
 
 
 class ReferenceExists(ValueError):
@@ -153,6 +169,8 @@ class ReferenceStore:
         it (recorded); replacing a set of another token raises ``ReferenceForbidden`` unless
         ``admin`` (the default: the CLI and internal callers).
         """
+        if builtin:
+            _BUILTIN_CURRENT.pop(self.db, None)
         with self.db.session() as s:
             old = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == ref.name))
             if old is not None:
@@ -183,6 +201,7 @@ class ReferenceStore:
                 ReferenceEntryRow.__table__.insert(),
                 [_row_values(row.id, i, r) for i, r in enumerate(ref.rows)],
             )
+            aggregates.bump(s, READ_SCOPE)
             return _set_dict(row, len(ref.rows), ref.settings())
 
     def delete(self, name: str, *, owner_token_id: int | None = None, admin: bool = True) -> bool:
@@ -196,17 +215,33 @@ class ReferenceStore:
                 raise ReferenceExists(f"reference set {name!r} is built in; it cannot be deleted")
             _check_owner(old, owner_token_id, admin)
             s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == old.id))
+            aggregates.bump(s, READ_SCOPE)
             return True
 
     def ensure_builtin(self) -> None:
-        """Store the built-in set, or refresh it when the code's rows changed (idempotent)."""
+        """Store the built-in set, or refresh it when the code's rows changed (idempotent).
+        While the stored set is the one this process last found current: one small read."""
+        seen = _BUILTIN_CURRENT.get(self.db)
+        if seen is not None and seen == self._builtin_stamp():
+            return
         ref = published()
         current = self.get(BUILTIN_NAME)
-        if current is not None and current == ref:
-            return
-        # another process may store it between our read and write: then theirs stands
-        with contextlib.suppress(ReferenceExists):
-            self.put(ref, replace=True, builtin=True)
+        if current is None or current != ref:
+            # another process may store it between our read and write: then theirs stands
+            with contextlib.suppress(ReferenceExists):
+                self.put(ref, replace=True, builtin=True)
+        stamp = self._builtin_stamp()
+        if stamp is not None:
+            _BUILTIN_CURRENT[self.db] = stamp
+
+    def _builtin_stamp(self) -> tuple[Any, ...] | None:
+        with self.db.session(readonly=True) as s:
+            row = s.execute(
+                select(ReferenceSetRow.id, ReferenceSetRow.created_at).where(
+                    ReferenceSetRow.name == BUILTIN_NAME, ReferenceSetRow.builtin.is_(True)
+                )
+            ).first()
+        return None if row is None else tuple(row)
 
     def get(self, name: str) -> ReferenceSet | None:
         with self.db.session(readonly=True) as s:

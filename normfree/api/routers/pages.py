@@ -452,7 +452,7 @@ def _trial_page(request: Request, stored: dict[str, Any]) -> cache.Cached:
 
 
 @router.get("/fidelity", response_class=HTMLResponse, name="page_fidelity")
-def page_fidelity(
+async def page_fidelity(
     request: Request,
     state: StateDep,
     _reader: Reader,
@@ -461,30 +461,43 @@ def page_fidelity(
     reference: Annotated[str, Query(max_length=100)] = "published",
 ) -> Response:
     """A proxy's (or study's) fidelity to a reference set: per setting, proxy vs reference
-    scatter, rank correlations with bootstrap intervals, published orders, failures."""
+    scatter, rank correlations with bootstrap intervals, published orders, failures.
+    The report is computed in a worker process (``api.offload``), never on the loop."""
+    proxies = await run_in_threadpool(services.proxies_with_results, state)
+    if study_id is None and not proxy:
+        proxy = proxies[0] if proxies else None
+    report = None
+    if proxy or study_id is not None:
+        report = await fidelity.report_off_loop(
+            request,
+            state,
+            proxy=None if study_id is not None else proxy,
+            study_id=study_id,
+            reference=reference,
+        )
+    return await run_in_threadpool(
+        _fidelity_page, request, state, report, proxy, study_id, proxies, reference
+    )
+
+
+def _fidelity_page(
+    request: Request,
+    state: Any,
+    report: Any,
+    proxy: str | None,
+    study_id: int | None,
+    proxies: list[str],
+    reference: str,
+) -> Response:
     parts = PageParts("fidelity")
-    proxies = services.proxies_with_results(state)
     references = parts.build(
         "the reference sets",
         lambda: [r.name for r in fidelity.list_references(state).items],
         [reference],
     )
-    if study_id is None and not proxy:
-        proxy = proxies[0] if proxies else None
-    report = None
     figures: list[str] = []
-    if proxy or study_id is not None:
-        report = parts.build(
-            "the fidelity report",
-            lambda: fidelity.report(
-                state,
-                proxy=None if study_id is not None else proxy,
-                study_id=study_id,
-                reference=reference,
-            ),
-            None,
-        )
-        for i, setting in enumerate(report.settings if report else []):
+    if report is not None:
+        for i, setting in enumerate(report.settings):
             figures.append(
                 parts.build(
                     f"the plot of setting {i + 1}",

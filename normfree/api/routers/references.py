@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import fidelity, offload, security
+from normfree.api import cache, fidelity, offload, reads, security
 from normfree.api.deps import Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
@@ -46,9 +46,13 @@ _IMPORT_BODY = {
 
 
 @router.get("", response_model=ReferenceSetList)
-def list_references(state: StateDep, _reader: Reader) -> ReferenceSetList:
-    """Every stored reference set (the built-in ``published`` set first)."""
-    return fidelity.list_references(state)
+async def list_references(request: Request, state: StateDep, _reader: Reader) -> Response:
+    """Every stored reference set (the built-in ``published`` set first). Cached until a set
+    is stored or deleted; sends an ETag (``If-None-Match`` answers 304)."""
+    key = await reads.small_read(state, reads.references_key, state)
+    return await cache.serve(
+        request, state.cache, key, lambda: cache.json_body(fidelity.list_references(state))
+    )
 
 
 @router.get(

@@ -129,6 +129,13 @@ def client_id(request: Request) -> str:
     return peer
 
 
+def queue_key(request: Request, token_name: str | None = None) -> str:
+    """Whose queue a request's off-loop work joins (api.offload): a verified token's own (a
+    token is a client: twenty users behind one address are twenty clients), else the peer's
+    (:func:`client_id`). Only pass a token the route has already checked."""
+    return f"token:{token_name}" if token_name else client_id(request)
+
+
 def token_of(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")

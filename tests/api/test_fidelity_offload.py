@@ -101,7 +101,10 @@ def test_health_answers_while_one_client_floods_fidelity_reports(
                 assert r.status_code == 200
                 time.sleep(0.1)
             codes = [f.result() for f in futures]
-    assert worst < 1.0, f"/api/health took {worst:.2f} s during the flood"
+    # A loop that parses or reports stalls for the whole flood (the probes: 21-56 s);
+    # a free loop answers in milliseconds, seconds only when CI shares the two cores with
+    # the flood's worker processes. The speed itself is bench/bench_hostile.py's figure.
+    assert worst < 5.0, f"/api/health took {worst:.2f} s during the flood"
     assert codes[0] == 200 and set(codes) <= {200, 404}, codes
 
 

@@ -80,8 +80,8 @@ async def submit_candidate(
     if parsed is None:
         # a formula this process has not parsed: the token first (no parse for a refused
         # request), then the parse in a worker process (api.offload), never here
-        await reads.quick(state, check_token, state, token)
-        parsed = await parsed_submission(request, state, data)
+        submitter = await reads.quick(state, check_token, state, token)
+        parsed = await parsed_submission(request, state, data, submitter)
 
     def submit() -> CandidateSubmitted:
         # the token's check and the submission in one thread-pool call (each hand-off cost
@@ -194,7 +194,10 @@ async def parsed_name(request: Request, state: services.ServiceState, name: str)
 
 
 async def parsed_submission(
-    request: Request, state: services.ServiceState, data: CandidateCreate
+    request: Request,
+    state: services.ServiceState,
+    data: CandidateCreate,
+    submitter: str | None = None,
 ) -> Any:
     """A submission's parse (``services.parse_submission``): remembered by this process, else
     made in a worker process after the name's check (a catalog name is refused unparsed)."""
@@ -202,7 +205,7 @@ async def parsed_submission(
     if parsed is None:
         await reads.quick(state, services.check_submission_name, data.name)
         parsed = await offload.pool(request).call(
-            security.client_id(request),
+            security.queue_key(request, submitter),  # the checked token's queue
             "normfree.api.services.candidates:parse_submission",
             data.formula,
             data.name,

@@ -540,7 +540,7 @@ async def page_submit_post(
     try:
         data = CandidateCreate(name=name, formula=formula, description=description.strip() or None)
         who = await run_in_threadpool(check_token, state, token.strip() or None)
-        parsed = await candidates.parsed_submission(request, state, data)
+        parsed = await candidates.parsed_submission(request, state, data, who)
         result = await run_in_threadpool(
             lambda: services.submit_candidate(state, data, submitter=who, parsed=parsed)
         )

@@ -108,7 +108,7 @@ async def import_reference(
     content_type = request.headers.get("content-type", "").lower()
     # every row's cells are resolved through the catalog (formula parses): in a worker process
     ref = await offload.pool(request).call(
-        security.client_id(request),
+        security.queue_key(request, who.name),
         "normfree.api.fidelity:parse_reference",
         body,
         content_type,

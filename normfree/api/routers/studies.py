@@ -58,7 +58,7 @@ async def create_study(
     The check (formula parses, the plan's cost) and the planning run in a worker process; a
     study that would take the token's unfinished studies over its budget of trial-seconds
     answers 429 with Retry-After and the figures (api.budget)."""
-    pool, client = offload.pool(request), security.client_id(request)
+    pool, client = offload.pool(request), security.queue_key(request, who.name)
     settings = state.settings
     spec, estimate = await pool.call(
         client, "normfree.api.services.studies:check_request", settings, data, what="the study"

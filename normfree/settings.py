@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     offload_workers: int = Field(default=2, ge=1, le=32)
     # One such job may run this long; longer is refused (422) and its worker replaced.
     offload_seconds: float = Field(default=15.0, gt=0, le=600)
+    # A study's check and its plan: every cell's function resolved (seconds of sympy per new
+    # formula) and up to 2,000 trials written, so a whole study gets longer than one formula.
+    offload_study_seconds: float = Field(default=120.0, gt=0, le=600)
     # Jobs one client may have queued or running at once; more answer 429.
     offload_queue_per_client: int = Field(default=4, ge=1, le=1000)
     # Trial-seconds one token may have in studies not yet finished (their estimates, less the

@@ -61,20 +61,20 @@ async def create_study(
     pool, client = offload.pool(request), security.queue_key(request, who.name)
     settings = state.settings
     spec, estimate = await pool.call(
-        client, "normfree.api.services.studies:check_request", settings, data, what="the study"
+        client,
+        "normfree.api.services.studies:check_request",
+        settings,
+        data,
+        what="the study",
+        seconds=settings.offload_study_seconds,
     )
     ledger: budget.TokenBudget = request.app.state.token_budget
     async with ledger.lock(who.id):
         await run_in_threadpool(ledger.check, state, who.id, estimate.trial_seconds)
-        study_id = await pool.call(
-            client,
-            "normfree.api.services.studies:plan",
-            settings,
-            spec,
-            who.id,
-            what="the study's plan",
-            seconds=max(settings.offload_seconds, 120.0),
-        )
+        # The writes run in this process (a thread), not a worker: a creation must end with
+        # the server that answers for it, so that a SIGKILL leaves a `creating` row for the
+        # next start to remove, never a worker finishing it after that start's recovery.
+        study_id = await run_in_threadpool(services.studies.plan, settings, spec, who.id)
     return await run_in_threadpool(services.created, state, study_id, estimate)
 
 

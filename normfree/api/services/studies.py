@@ -158,8 +158,8 @@ def _worker_repo(settings: Settings) -> RepositoryLike:
 
 def plan(settings: Settings, spec: StudySpec, owner_token_id: int | None = None) -> int:
     """Write the study (owned by ``owner_token_id``), its planned trials and its Optuna study;
-    its id. In a worker process for the REST route: planning 2,000 trials is seconds of the
-    GIL."""
+    its id. The REST route runs it in the server's thread pool (the checks before it, the
+    parses, run in a worker process: api.offload)."""
     from normfree.workers.driver import create_study as engine_create_study
 
     try:

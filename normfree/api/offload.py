@@ -129,6 +129,9 @@ class _Slot:
         self.process: Any = None
         self.conn: Connection | None = None
         self.replaced = 0  # how many times this slot's process was killed (tests read it)
+        # The server's warm start (``OffloadPool.start``) and a first request may both start
+        # this slot; unlocked, the request could take the worker's "ready" for its answer.
+        self._starting = threading.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -149,9 +152,10 @@ class _Slot:
         parent.recv()
 
     def ensure_started(self) -> None:
-        if self.process is None or not self.process.is_alive():
-            self.kill()
-            self._start()
+        with self._starting:
+            if self.process is None or not self.process.is_alive():
+                self.kill()
+                self._start()
 
     def kill(self) -> None:
         proc, conn = self.process, self.conn

@@ -24,13 +24,40 @@ EXTEND_HEADING = "## How to extend normfree"
 
 
 @dataclass(frozen=True)
+class Check:
+    """One ``python *args`` process run in the scratch copy after the edits; ``interpret``:
+    under ``TRITON_INTERPRET=1`` (Triton on CPU), or without it (the sm_90 compile, which an
+    interpreter process cannot do)."""
+
+    args: tuple[str, ...]
+    interpret: bool = True
+
+
+@dataclass(frozen=True)
 class Drill:
     """One extension: ``edits`` (path -> change of its text) and the ``checks`` run after them
-    in the scratch copy (each the arguments of one ``python`` process)."""
+    in the scratch copy."""
 
     section: str  # the ``###`` heading under "How to extend normfree"
     edits: dict[str, Callable[[str], str]]
-    checks: tuple[tuple[str, ...], ...]
+    checks: tuple[Check, ...]
+
+
+# ``python -c TESTS_OF NAME ARGS...``: pytest with ARGS, failing unless at least one test whose
+# id names NAME ran, and every test that ran passed (a row the parametrised tests do not pick
+# up would otherwise pass on the others alone).
+TESTS_OF = """
+import sys, pytest
+name, args, ran = sys.argv[1], sys.argv[2:], []
+class Count:
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" and name in report.nodeid:
+            ran.append(report.outcome)
+code = pytest.main(args, plugins=[Count()])
+assert code == 0, f"pytest exit code {code}"
+assert ran and set(ran) == {"passed"}, (name, ran)
+print(f"{len(ran)} tests of {name} passed")
+"""
 
 
 def documented_files(section: str, doc: Path = DOC) -> set[str]:
@@ -100,6 +127,18 @@ assert result.status == "complete" and math.isfinite(result.metrics["train_loss"
 print("primitive drill ok")
 """
 
+# the sm_90 compile (triton.compile for GPUTarget("cuda", 90, 32), no GPU) of the new row's
+# example: tests/kernels/test_aot.py compiles every name default_names() lists
+AOT_SCRIPT = """
+from normfree.kernels import KernelOptions
+from normfree.kernels._aot import _report, default_names
+import pathlib
+assert "softplus(u)" in default_names(), default_names()
+report = _report(["softplus(u)"], ["bf16"], 1024, KernelOptions(cache=pathlib.Path(".cache/aot")))
+assert len(report["kernels"]) == 3 and all(r["cubin_bytes"] > 0 for r in report["kernels"])
+print("sm_90 ok")
+"""
+
 PRIMITIVE = Drill(
     section="A primitive function",
     edits={
@@ -108,10 +147,12 @@ PRIMITIVE = Drill(
         ),
     },
     checks=(
-        ("-c", PRIMITIVE_SCRIPT),
-        ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "softplus or derived",
-         "tests/search_space/test_primitives.py", "tests/kernels/test_printers.py",
-         "tests/kernels/test_operator.py"),
+        Check(("-m", "ruff", "check", "--no-cache", "normfree/search_space/primitives.py")),
+        Check(("-c", PRIMITIVE_SCRIPT)),
+        Check(("-c", AOT_SCRIPT), interpret=False),
+        Check(("-c", TESTS_OF, "softplus", "-q", "-p", "no:cacheprovider",
+               "-k", "softplus or derived", "tests/search_space/test_primitives.py",
+               "tests/kernels/test_printers.py", "tests/kernels/test_operator.py")),
     ),
 )  # fmt: skip
 
@@ -129,11 +170,12 @@ ENTRY = Drill(
         ),
     },
     checks=(
-        ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
-         "gudermann or every or papers or list or demo_json or nan_gradient",
-         "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
-         "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
-         "tests/cli/test_candidates.py"),
+        Check(("-m", "ruff", "check", "--no-cache", "normfree/search_space/catalog.py")),
+        Check(("-c", TESTS_OF, "gudermann", "-q", "-p", "no:cacheprovider", "-k",
+               "gudermann or every or papers or list or demo_json or nan_gradient",
+               "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
+               "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
+               "tests/cli/test_candidates.py")),
     ),
 )  # fmt: skip
 

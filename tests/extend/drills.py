@@ -24,23 +24,16 @@ EXTEND_HEADING = "## How to extend normfree"
 
 
 @dataclass(frozen=True)
-class Check:
-    """One ``python *args`` process run in the scratch copy after the edits; ``interpret``:
-    under ``TRITON_INTERPRET=1`` (Triton on CPU), or without it (the sm_90 compile, which an
-    interpreter process cannot do)."""
-
-    args: tuple[str, ...]
-    interpret: bool = True
-
-
-@dataclass(frozen=True)
 class Drill:
     """One extension: ``edits`` (path -> change of its text) and the ``checks`` run after them
-    in the scratch copy."""
+    in the scratch copy (each the arguments of one ``python`` process) under
+    ``TRITON_INTERPRET=1`` (Triton on CPU), then the ``uninterpreted`` ones without it (the
+    sm_90 compile, which an interpreter process cannot do)."""
 
     section: str  # the ``###`` heading under "How to extend normfree"
     edits: dict[str, Callable[[str], str]]
-    checks: tuple[Check, ...]
+    checks: tuple[tuple[str, ...], ...]
+    uninterpreted: tuple[tuple[str, ...], ...] = ()
 
 
 # ``python -c TESTS_OF NAME ARGS...``: pytest with ARGS, failing unless at least one test whose
@@ -147,13 +140,13 @@ PRIMITIVE = Drill(
         ),
     },
     checks=(
-        Check(("-m", "ruff", "check", "--no-cache", "normfree/search_space/primitives.py")),
-        Check(("-c", PRIMITIVE_SCRIPT)),
-        Check(("-c", AOT_SCRIPT), interpret=False),
-        Check(("-c", TESTS_OF, "softplus", "-q", "-p", "no:cacheprovider",
-               "-k", "softplus or derived", "tests/search_space/test_primitives.py",
-               "tests/kernels/test_printers.py", "tests/kernels/test_operator.py")),
+        ("-m", "ruff", "check", "--no-cache", "normfree/search_space/primitives.py"),
+        ("-c", PRIMITIVE_SCRIPT),
+        ("-c", TESTS_OF, "softplus", "-q", "-p", "no:cacheprovider", "-k", "softplus or derived",
+         "tests/search_space/test_primitives.py", "tests/kernels/test_printers.py",
+         "tests/kernels/test_operator.py"),
     ),
+    uninterpreted=(("-c", AOT_SCRIPT),),
 )  # fmt: skip
 
 
@@ -170,12 +163,12 @@ ENTRY = Drill(
         ),
     },
     checks=(
-        Check(("-m", "ruff", "check", "--no-cache", "normfree/search_space/catalog.py")),
-        Check(("-c", TESTS_OF, "gudermann", "-q", "-p", "no:cacheprovider", "-k",
-               "gudermann or every or papers or list or demo_json or nan_gradient",
-               "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
-               "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
-               "tests/cli/test_candidates.py")),
+        ("-m", "ruff", "check", "--no-cache", "normfree/search_space/catalog.py"),
+        ("-c", TESTS_OF, "gudermann", "-q", "-p", "no:cacheprovider", "-k",
+         "gudermann or every or papers or list or demo_json or nan_gradient",
+         "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
+         "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
+         "tests/cli/test_candidates.py"),
     ),
 )  # fmt: skip
 

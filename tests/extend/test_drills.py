@@ -26,7 +26,9 @@ def test_drill_in_a_scratch_copy(drill: Drill, tmp_path: Path) -> None:
     root = scratch_copy(tmp_path / "checkout")
     for path, change in drill.edits.items():
         edit(root, path, change)
-    for check in drill.checks:
-        proc = run(root, list(check.args), env={"TRITON_INTERPRET": "1"} if check.interpret else {})
+    checks = [(args, {"TRITON_INTERPRET": "1"}) for args in drill.checks]
+    checks += [(args, {}) for args in drill.uninterpreted]
+    for args, env in checks:
+        proc = run(root, list(args), env=env)
         output = (proc.stdout + proc.stderr)[-6000:]
-        assert proc.returncode == 0, f"{drill.section}: {' '.join(check.args)[:200]}\n{output}"
+        assert proc.returncode == 0, f"{drill.section}: {' '.join(args)[:200]}\n{output}"

@@ -14,14 +14,14 @@ from tests.extend.scratch import ROOT, edit, run, scratch_copy
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.section)
+@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.what or d.section)
 def test_the_doc_lists_exactly_the_files_the_drill_touches(drill: Drill) -> None:
     listed = documented_files(drill.section)
     assert listed == set(drill.edits), (drill.section, sorted(listed), sorted(drill.edits))
     assert all((ROOT / path).is_file() for path in listed), sorted(listed)
 
 
-@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.section)
+@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.what or d.section)
 def test_drill_in_a_scratch_copy(drill: Drill, tmp_path: Path) -> None:
     root = scratch_copy(tmp_path / "checkout")
     for path, change in drill.edits.items():

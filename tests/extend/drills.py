@@ -149,10 +149,11 @@ print("primitive drill ok")
 AOT_SCRIPT = """
 import pathlib, sys
 from normfree.kernels import KernelOptions
-from normfree.kernels._aot import _report, default_names
+from normfree.kernels._aot import compile_report, default_names
 formula = sys.argv[1]
 assert formula in default_names(), default_names()
-report = _report([formula], ["bf16"], 1024, KernelOptions(cache=pathlib.Path(".cache/aot")))
+options = KernelOptions(cache=pathlib.Path(".cache/aot"))
+report = compile_report([formula], ["bf16"], 1024, options)
 assert len(report["kernels"]) == 3 and all(r["cubin_bytes"] > 0 for r in report["kernels"])
 print("sm_90 ok")
 """

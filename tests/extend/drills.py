@@ -143,17 +143,17 @@ assert result.status == "complete" and math.isfinite(result.metrics["train_loss"
 print("primitive drill ok")
 """
 
-# ``python -c AOT_SCRIPT FORMULA``: the sm_90 compile (triton.compile for GPUTarget("cuda", 90,
-# 32), no GPU) of the new row's example, which tests/kernels/test_aot.py compiles unchanged (it
-# compiles every name default_names() lists)
+# ``python -c AOT_SCRIPT NAME``: the sm_90 compile (triton.compile for GPUTarget("cuda", 90, 32),
+# no GPU) of a new entry or a new row's example, which tests/kernels/test_aot.py compiles
+# unchanged (it compiles every name default_names() lists)
 AOT_SCRIPT = """
 import pathlib, sys
 from normfree.kernels import KernelOptions
 from normfree.kernels._aot import compile_report, default_names
-formula = sys.argv[1]
-assert formula in default_names(), default_names()
+name = sys.argv[1]
+assert name in default_names(), default_names()
 options = KernelOptions(cache=pathlib.Path(".cache/aot"))
-report = compile_report([formula], ["bf16"], 1024, options)
+report = compile_report([name], ["bf16"], 1024, options)
 assert len(report["kernels"]) == 3 and all(r["cubin_bytes"] > 0 for r in report["kernels"])
 print("sm_90 ok")
 """
@@ -214,6 +214,7 @@ ENTRY = Drill(
          "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
          "tests/cli/test_candidates.py"),
     ),
+    uninterpreted=(("-c", AOT_SCRIPT, "gudermann"),),
 )  # fmt: skip
 
 DRILLS: tuple[Drill, ...] = (SOFTPLUS, SECH, ENTRY)

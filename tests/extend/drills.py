@@ -3,8 +3,9 @@
 Each :class:`Drill` makes one extension the way a maintainer would, in a scratch copy of the
 checkout (``scratch.py``): it edits exactly the files the doc's section lists on its ``Files:``
 line, then runs checks in the copy that pass only if the extension works end to end and the
-existing tests cover it unchanged. A drill that needed another file fails its checks; a doc
-that lists a file the drill does not touch (or misses one it does) fails the comparison.
+existing tests cover it unchanged: they must run tests of the new row (:data:`TESTS_OF`), not
+merely pass. A drill that needed another file fails its checks; a doc that lists a file the
+drill does not touch (or misses one it does) fails the comparison.
 
 To drill another extension (a preset, a study kind), add a ``Drill`` to :data:`DRILLS` whose
 ``section`` is the doc's heading.

@@ -69,6 +69,7 @@ def test_csv_frames_without_pyarrow(
 ) -> None:
     nf = Client(http=api.client)
     typed = nf.to_dataframe("arms", seeded.study_id)
+    # as if pyarrow were not installed here (pandas, imported with it, still reads CSV)
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
     plain = nf.to_dataframe("arms", seeded.study_id)
     assert list(plain["label"]) == list(typed["label"])

@@ -83,8 +83,12 @@ def test_create_and_wait_with_progress(api: Api) -> None:
                             options={"depth": [2]}, epochs=1)  # fmt: skip
     sid = study["id"]
     assert study["status"] in ("pending", "running")
+    codes: list[int] = []
+    api.client.event_hooks["response"].append(lambda r: codes.append(r.status_code))
     with pytest.raises(TimeoutError):
         nf.wait(sid, timeout=0.3, poll=0.1, progress=False)
+    assert codes[0] == 200 and 304 in codes[1:]  # an unchanged study: conditional polls
+    api.client.event_hooks["response"].clear()
 
     def work() -> None:
         time.sleep(0.3)

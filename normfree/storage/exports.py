@@ -4,7 +4,8 @@ An export is a table a researcher opens in pandas or a spreadsheet: one row per 
 config, final metrics and a few numbers that say how its norms behaved. The per-layer, per-epoch
 diagnostics (hundreds of rows a trial) are folded here, in SQL, to the last diagnosed epoch:
 the mean over the slots of each diagnostic and the largest input magnitude, input std, branch
-norm and gradient norm of any slot. Those are what a failure is read from; the trial's own
+norm and gradient norm of any slot, and the training monitor's maxima over the whole run (the
+largest activation seen between probes). Those are what a failure is read from; the trial's own
 document (``GET /api/trials/{id}``) keeps every value.
 """
 
@@ -27,6 +28,9 @@ TRIAL_EXPORT_COLUMNS = (
 )  # fmt: skip
 # Diagnostics whose largest slot is shown beside the mean: a single slot blowing up is the story.
 MAX_FIELDS = ("input_std", "input_absmax", "branch_norm", "grad_norm")
+# The training monitor's maxima in a slot's ``extra`` (``workers.diagnostics.MONITOR_KEYS``
+# and ``train_nonfinite``), named here so that reading an export imports no torch.
+TRAINING_MAXIMA = ("train_absmax", "train_std_max", "train_out_absmax", "train_nonfinite")
 
 
 def study_trials(conn: Any, study_id: int, status: list[str] | None = None) -> list[dict[str, Any]]:
@@ -69,7 +73,35 @@ def diagnostics_summary(conn: Any, study_id: int) -> dict[int, dict[str, Any]]:
             k: (float(v) if isinstance(v, int | float) and k not in ("epoch", "layers") else v)
             for k, v in values.items()
         }
+    for tid, maxima in _training_maxima(conn, study_id).items():
+        out.setdefault(tid, {}).update(maxima)
     return out
 
 
-__all__ = ["MAX_FIELDS", "TRIAL_EXPORT_COLUMNS", "diagnostics_summary", "study_trials"]
+def _training_maxima(conn: Any, study_id: int) -> dict[int, dict[str, float]]:
+    """Per trial, the largest value over every epoch and slot of the training monitor's
+    extras (:data:`TRAINING_MAXIMA`: what happened between probes, the epoch a run diverged in
+    included); only trials that recorded them."""
+    d, t = TrialDiagnosticRow.__table__, TrialRow.__table__
+    columns = [sa.func.max(d.c.extra[k].as_float()).label(f"{k}_max") for k in TRAINING_MAXIMA]
+    q = (
+        sa.select(d.c.trial_id, *columns)
+        .join(t, t.c.id == d.c.trial_id)
+        .where(t.c.study_id == study_id)
+        .group_by(d.c.trial_id)
+    )
+    out: dict[int, dict[str, float]] = {}
+    for row in conn.execute(q):
+        values = {k: float(v) for k, v in row._mapping.items() if k != "trial_id" and v is not None}
+        if values:
+            out[int(row.trial_id)] = values
+    return out
+
+
+__all__ = [
+    "MAX_FIELDS",
+    "TRAINING_MAXIMA",
+    "TRIAL_EXPORT_COLUMNS",
+    "diagnostics_summary",
+    "study_trials",
+]

@@ -164,4 +164,12 @@ def test_record_a_real_train_trial(make_api: Callable[..., Api], sqlite_database
     assert list(frame["id"]) == [ids["trial_id"]]
     assert _close(frame["objective_value"][0], result.value)
     assert frame["diag.layers"][0] > 0
+    # the training monitor's maxima, named in storage without importing torch
+    from normfree.storage.exports import TRAINING_MAXIMA
+    from normfree.workers.diagnostics import MONITOR_KEYS
+
+    assert set(TRAINING_MAXIMA) == {*MONITOR_KEYS, "train_nonfinite"}
+    detail = Client(http=api.client).trial(ids["trial_id"])["diagnostics"]
+    most = max(d["extra"]["train_absmax"] for d in detail if "train_absmax" in d["extra"])
+    assert _close(frame["diag.train_absmax_max"][0], most)
     assert isinstance(frame, pd.DataFrame)

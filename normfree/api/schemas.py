@@ -343,6 +343,14 @@ class StudyCell(_Out):
     )
 
 
+class ArmList(_Out):
+    """A study's arms (``GET /api/studies/{id}/arms``): its cells, in the study's order."""
+
+    study_id: int
+    count: int
+    items: list[StudyCell]
+
+
 class TrialSummary(_Out):
     id: int
     candidate: str

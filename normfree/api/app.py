@@ -93,6 +93,7 @@ def create_app(
     from normfree.api import services
     from normfree.api.routers import (
         candidates,
+        compare,
         fidelity,
         health,
         leaderboards,
@@ -217,7 +218,9 @@ def create_app(
 
     for module in (health, candidates, studies, trials, leaderboards, references, fidelity):
         app.include_router(module.router, prefix="/api")
+    app.include_router(compare.api_router, prefix="/api")
     app.include_router(pages.router)
+    app.include_router(compare.page_router)
     return app
 
 

@@ -25,6 +25,14 @@ STATUS_COLORS = {
 }
 
 
+def _integer_axis(top: int, title: str) -> dict[str, Any]:
+    """An axis of whole numbers (epochs, trial positions): no 0.5 ticks on a short range."""
+    axis: dict[str, Any] = {"title": title, "tickformat": "d"}
+    if top <= 20:
+        axis["dtick"] = 1
+    return axis
+
+
 def _xy(trial: Mapping[str, Any], metric: str) -> tuple[list[int], list[float | None]]:
     curves = trial.get("curves") or []
     return [c["epoch"] for c in curves], [metric_value(c, metric) for c in curves]
@@ -80,8 +88,12 @@ def compare_figure(comparison: Mapping[str, Any]) -> go.Figure:
                     name=f"#{t['id']} {t['arm']} seed {t['seed']}",
                 )
             )
+    top = max((c["epoch"] for t in trials for c in t.get("curves") or []), default=0)
     fig.update_layout(
-        title=f"{metric} by epoch", xaxis_title="epoch", yaxis_title=metric, **_LAYOUT
+        title=f"{metric} by epoch",
+        xaxis=_integer_axis(top, "epoch"),
+        yaxis_title=metric,
+        **_LAYOUT,
     )
     return fig
 
@@ -130,7 +142,7 @@ def history_figure(view: Mapping[str, Any]) -> go.Figure:
         )
     fig.update_layout(
         title=f"optimisation history ({view.get('direction', 'maximize')} {objective})",
-        xaxis_title="trial (in the order asked)",
+        xaxis=_integer_axis(len(trials), "trial (in the order asked)"),
         yaxis_title=objective,
         **_LAYOUT,
     )
@@ -164,7 +176,7 @@ def pruning_figure(trials: Sequence[Mapping[str, Any]]) -> go.Figure:
     layout["height"] = max(260, 22 * len(ran) + 140)
     fig.update_layout(
         title="pruning timeline (epochs each trial ran)",
-        xaxis_title="epochs run",
+        xaxis=_integer_axis(max((t["epochs_run"] for t in ran), default=0), "epochs run"),
         yaxis={
             "autorange": "reversed",
             "type": "category",

@@ -60,6 +60,7 @@ def _arms(arm: list[str] | None, arms: str | None) -> list[str]:
 @api_router.get(
     "/compare",
     response_model=Comparison,
+    summary="Compare learning curves",
     tags=["trials"],
     responses={404: {"model": ErrorBody}},
 )
@@ -81,6 +82,7 @@ def get_compare(
 @api_router.get(
     "/studies/{study_id}/search",
     response_model=SearchView,
+    summary="Search view: history, importance, pruning",
     tags=["studies"],
     responses={404: {"model": ErrorBody}},
 )

@@ -3,6 +3,8 @@ that the pages draw it, and every refusal a URL can earn (4xx with the reason)."
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from normfree.testing.search_seeding import ACCURACY, SeededSearch, seed_search_study
@@ -126,3 +128,20 @@ def test_the_search_view_refuses_other_kinds_and_unknown_studies(api: Api, seede
     assert api.client.get("/api/studies/99999/search").status_code == 404
     assert api.client.get(f"/studies/{seeded.study_id}/search").status_code == 404
     assert 'id="search-link"' not in api.client.get(f"/studies/{seeded.study_id}").text
+
+
+@pytest.mark.postgres
+def test_compare_and_search_on_postgresql(make_api: Any, postgres_database_url: str) -> None:
+    """The same reads on PostgreSQL (its JSON and IN-list handling are its own)."""
+    api = make_api(postgres_database_url)
+    search = seed_search_study(api.settings)
+    view = api.client.get(f"/api/studies/{search.study_id}/search").json()
+    assert view["counts"]["PRUNED"] == 2 and view["best"]["candidate"] == "erf"
+    ids = ",".join(str(i) for i in search.trial_ids.values())
+    got = api.client.get(f"/api/compare?trials={ids}").json()
+    assert len(got["trials"]) == 5 and got["metric"] == "val_acc"
+    arms = api.client.get(
+        "/api/compare", params={"study": search.study_id, "arm": ["erf", "isru"]}
+    ).json()
+    assert [len(a["trial_ids"]) for a in arms["arms"]] == [1, 1]
+    assert api.client.get(f"/studies/{search.study_id}/search").status_code == 200

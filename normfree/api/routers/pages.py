@@ -549,7 +549,13 @@ async def page_submit_post(
         return _render(request, "submit.html", 422, form=form, result=None, error=msg)
     except ApiError as exc:
         return _render(
-            request, "submit.html", exc.status_code, form=form, result=None, error=exc.message
+            request,
+            "submit.html",
+            exc.status_code,
+            form=form,
+            result=None,
+            error=exc.message,
+            token_refused=exc.status_code in (401, 403),  # the page's script forgets it
         )
 
     def page() -> Response:

@@ -191,13 +191,30 @@ def list_studies(
     return S.StudyList(count=len(items), items=items)
 
 
+def arm_of(
+    trial: Mapping[str, Any], transform: str | None
+) -> tuple[str, str, bool, float | None, dict[str, Any]]:
+    """(function, label, baseline, transform value, options) of the study arm a trial belongs
+    to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
+    from normfree.storage.leaderboard import arm_text, identity
+
+    ax = dict(trial.get("axis_values") or {})
+    ax.pop("seed", None)
+    function = identity(str(ax.pop("function", trial["candidate"])))
+    baseline = bool(ax.pop("baseline", False))
+    value = ax.pop(transform, None) if transform else None
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None
+    return function, arm_text(function, value, ax), baseline, value, ax
+
+
 def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
     from normfree.api.services.leaderboards import public_failure
     from normfree.storage import failures, stats
-    from normfree.storage.leaderboard import arm_text, identity
+    from normfree.storage.leaderboard import identity
 
     transform = spec.get("transform")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -211,15 +228,8 @@ def _cells(
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
-        ax = dict(ts[0].get("axis_values") or {})
-        ax.pop("seed", None)
-        function = identity(str(ax.pop("function", ts[0]["candidate"])))
-        baseline = bool(ax.pop("baseline", False))
-        value = ax.pop(transform, None) if transform else None
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
+        function, label, baseline, value, ax = arm_of(ts[0], transform)
         summ = stats.summarize(_values_by_seed(ts))
-        label = arm_text(function, value, ax)
         cells.append(
             S.StudyCell(
                 function=function,

@@ -304,6 +304,10 @@ def advertise() -> Path:
     with private_umask():
         tmp.write_text(json.dumps(record))
     os.replace(tmp, path)  # whole or not at all: a reader never sees half a record
+    if not _advertised:
+        import atexit
+
+        atexit.register(_withdraw)  # also when the process ends without stop()
     _advertised.append(path)
     return path
 

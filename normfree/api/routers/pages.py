@@ -347,7 +347,7 @@ async def page_study(
             )
         elif detail.progress.finished:
             parts.note("No plot: no trial of this study completed (why, per arm, is below).")
-        if figure is None and detail.status in LIVE_STATUSES:
+        if figure is None and detail.progress.state in LIVE_STATUSES:
             # an empty div the live view draws into as soon as a cell finishes
             figure = '<div id="study-figure"><p class="muted">No cell has finished yet.</p></div>'
         importance = None
@@ -360,7 +360,7 @@ async def page_study(
                 ),
                 None,
             )
-        live = detail.status in LIVE_STATUSES
+        live = detail.progress.state in LIVE_STATUSES
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
         study_fidelity = parts.build(

@@ -8,6 +8,7 @@ ordinary service functions; this module only decides what may be reused:
   candidates' version (groups and properties are shown), the database's identity, and how many
   function analyses this process has done (``api.enrich``);
 - the candidate list: the candidates' version;
+- one candidate: :func:`candidate_key`;
 - the reference-set list: the references' version (``storage.references.READ_SCOPE``);
 - a study's summary and page: ``services.study_key`` (status, update time, per-status counts);
 - a trial: its status and ``updated_at`` (every write to it moves the pair).
@@ -107,6 +108,18 @@ def leaderboard(
 def candidates_key(state: services.ServiceState, *params: Any) -> Key:
     with state.db.read() as conn:
         return (("candidates", params), _versions(conn, "candidates"))
+
+
+def candidate_key(state: services.ServiceState, name: str) -> Key:
+    """One candidate's answer (``GET /api/candidates/{name}`` and its page): the candidates'
+    version (the row, duplicates), its own (its stored prescreen), every proxy's board (its
+    results), the function analyses done and this process's prescreens."""
+    from normfree.api import prescreens
+
+    with state.db.read() as conn:
+        found = reads.versions_with_proxies(conn, ["candidates", f"candidate:{name}", "database"])
+    versions = tuple(sorted(found.items()))
+    return (("candidate", name), (versions, services.ENRICHER.epoch, prescreens.epoch()))
 
 
 def references_key(state: services.ServiceState) -> Key:

@@ -130,6 +130,51 @@ def test_candidate_list_is_cached_until_a_candidate_is_stored(api: Api) -> None:
 
 
 @pytest.mark.postgres
+def test_a_candidate_is_cached_until_a_write_it_shows(
+    make_api: Callable[..., Api], database_url: str
+) -> None:
+    """``GET /api/candidates/{name}`` and its page are built once per version (issue 28: the
+    one read built on every request), and move with its results, its row and its prescreen."""
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="tanh")])
+    _finish(api.repo, sid, limit=2)  # erf's two seeds
+    c, cache = api.client, api.app.state.services.cache
+    urls = ["/api/candidates/tanh", "/candidates/tanh"]
+    first = {u: c.get(u, headers=HTML) for u in urls}
+    wait_for_analyses(api)  # a read may queue an analysis: its end moves every board's key
+    first = {u: c.get(u, headers=HTML) for u in urls}
+    assert all(r.status_code == 200 for r in first.values())
+    misses = cache.misses
+    for u, r in first.items():
+        again = c.get(u, headers=HTML)
+        assert again.status_code == 200 and again.headers["etag"] == r.headers["etag"], u
+        assert c.get(u, headers={"If-None-Match": r.headers["etag"]}).status_code == 304
+    assert cache.misses == misses  # answered from the cache: nothing built
+    n_before = sum(r["n_total"] for r in first[urls[0]].json()["results"])
+    _finish(api.repo, sid)  # tanh's trials finish: its results change
+    for u, r in first.items():
+        fresh = c.get(u, headers={**HTML, "If-None-Match": r.headers["etag"]})
+        assert fresh.status_code == 200, u
+    after = c.get(urls[0]).json()
+    assert sum(r["n_total"] for r in after["results"]) > n_before
+    # a stored candidate's prescreen written later (by the process that ran it) moves its read
+    c.post("/api/candidates", json={"name": "sq3", "formula": "u/(3+abs(u))"}, headers=api.auth)
+    mine = c.get("/api/candidates/sq3")
+    assert mine.status_code == 200
+    other = c.get(urls[0]).headers["etag"]
+    done = {"status": "done", "ok": True, "proxy": "vit-tiny", "seconds": 1.0}
+    assert api.repo.set_candidate_prescreen("sq3", done)
+    moved = c.get("/api/candidates/sq3", headers={"If-None-Match": mine.headers["etag"]})
+    assert moved.status_code == 200 and moved.json()["prescreen"]["status"] == "done"
+    # ... and only its own: another candidate's answer is still the cached one
+    assert c.get(urls[0], headers={"If-None-Match": other}).status_code == 304
+    # a formula's answer is built, never stored (distinct formulas would push the rest out)
+    entries = len(cache._entries)
+    assert c.get("/api/candidates/u*0.5+tanh(u)*0.25").status_code == 200
+    assert len(cache._entries) == entries
+
+
+@pytest.mark.postgres
 def test_paging_while_trials_are_written(make_api: Callable[..., Api], database_url: str) -> None:
     """Stable order, no trial twice and none skipped while a worker finishes trials."""
     api = make_api(database_url, prescreen=False)

@@ -204,6 +204,16 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
     return (("study", study_id), (stamp, active, versions))
 
 
+def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:
+    """``services.get_study(trials=False)``, built once per study key (``key`` or one derived
+    from it): the summary, a page with trials and the study page share one build."""
+    study = (("study", study_id), key[1])
+    return state.cache.get_or_build(
+        derived("study-model", study),
+        lambda: services.get_study(state, study_id, trials=False),
+    )
+
+
 def driven(key: Key) -> bool:
     """Whether a study's key (or one derived from it) says this process drives the study: its
     answer then also follows the driver, which the fast lane cannot see (``api.fastlane``)."""

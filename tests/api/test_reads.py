@@ -88,7 +88,7 @@ def test_cached_reads_follow_a_finishing_trial(
     summary = c.get(f"/api/studies/{sid}?trials=false").json()
     assert summary["progress"]["complete"] == 4 and summary["trials"] == []
     assert {cell["n"] for cell in summary["cells"]} == {2}
-    # the full detail agrees with the summary (cells) and lists every trial
+    # the detail agrees with the summary (cells) and lists its trials (one page: all 4)
     full = c.get(f"/api/studies/{sid}").json()
     assert full["cells"] == summary["cells"] and len(full["trials"]) == 4
     # storing a candidate changes the groups a leaderboard shows
@@ -172,6 +172,38 @@ def test_a_candidate_is_cached_until_a_write_it_shows(
     entries = len(cache._entries)
     assert c.get("/api/candidates/u*0.5+tanh(u)*0.25").status_code == 200
     assert len(cache._entries) == entries
+
+
+@pytest.mark.postgres
+def test_a_study_is_paged_by_default(make_api: Callable[..., Api], database_url: str) -> None:
+    """``GET /api/studies/N`` as documented lists one page of trials, never all of them (issue
+    27: 1,030 embedded trials were 225 KB at 41 requests/s), cached until the study moves."""
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf")], seeds=130)
+    _finish(api.repo, sid, limit=5)
+    c = api.client
+    first = c.get(f"/api/studies/{sid}")
+    body = first.json()
+    assert len(body["trials"]) == 100 and body["trials_next_cursor"] == str(
+        body["trials"][-1]["id"]
+    )
+    assert body["progress"]["complete"] == 5
+    assert (
+        c.get(f"/api/studies/{sid}", headers={"If-None-Match": first.headers["etag"]}).status_code
+        == 304
+    )
+    rest = c.get(f"/api/studies/{sid}?trials_cursor={body['trials_next_cursor']}").json()
+    same = c.get(f"/api/studies/{sid}/trials?cursor={body['trials_next_cursor']}").json()
+    assert [t["id"] for t in rest["trials"]] == [t["id"] for t in same["items"]]
+    assert len(rest["trials"]) == 30 and rest["trials_next_cursor"] is None
+    small = c.get(f"/api/studies/{sid}?trials_limit=7").json()
+    assert [t["id"] for t in small["trials"]] == [t["id"] for t in body["trials"][:7]]
+    assert c.get(f"/api/studies/{sid}?trials=false").json()["trials"] == []
+    assert c.get(f"/api/studies/{sid}?trials_limit=1001").status_code == 422
+    assert c.get(f"/api/studies/{sid}?trials_cursor=x").status_code == 422
+    _finish(api.repo, sid, limit=1)  # a trial finishes: the page answers anew
+    moved = c.get(f"/api/studies/{sid}", headers={"If-None-Match": first.headers["etag"]})
+    assert moved.status_code == 200 and moved.json()["progress"]["complete"] == 6
 
 
 @pytest.mark.postgres

@@ -345,7 +345,7 @@ async def page_study(
     def build() -> cache.Cached:
         parts = PageParts("study")
         detail = parts.build(
-            "the study's cells", lambda: services.get_study(state, study_id, trials=False), None
+            "the study's cells", lambda: reads.study_summary(state, study_id, key), None
         )
         if detail is None:
             detail = services.study_without_cells(state, study_id)
@@ -406,7 +406,7 @@ async def page_study_figure(
     """The study figure as plotly JSON, for the page's live refresh."""
 
     def build() -> cache.Cached:
-        fig = _study_figure(services.get_study(state, study_id, trials=False))
+        fig = _study_figure(reads.study_summary(state, study_id, key))
         return cache.Cached(plots.to_json(fig).encode(), "application/json")
 
     key = reads.derived(

@@ -418,7 +418,16 @@ class StudyDetail(StudyPublic):
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
     cells: list[StudyCell] = Field(default_factory=list)
-    trials: list[TrialSummary] = Field(default_factory=list)
+    trials: list[TrialSummary] = Field(
+        default_factory=list,
+        description="One page of the study's trials in id order (``trials_limit``, 100 by "
+        "default); none with ``trials=false``.",
+    )
+    trials_next_cursor: str | None = Field(
+        default=None,
+        description="The next page of trials: pass it back as ``trials_cursor`` (or as "
+        "``cursor`` to /api/studies/{id}/trials); null on the last page.",
+    )
     generate: dict[str, Any] | None = Field(
         default=None,
         description="generate studies: proposals per generation and why they were rejected, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from normfree.settings import Settings
 from normfree.specs import EpochRecord, LayerDiagnostic, StudySpec, TrialResult
@@ -64,7 +65,6 @@ def synthetic_result(function: str, value: float | None, seed: int, diverged: bo
     base = {"erf": 0.80, "tanh": 0.78, "layernorm": 0.85}.get(function, 0.7)
     v = 0.0 if value is None else value
     acc = base - 0.06 * abs(v) - 0.02 * v + 0.01 * (seed - 0.5)
-    curves = synthetic_curves(acc)
     diagnostics = [
         LayerDiagnostic(
             epoch=e,
@@ -84,23 +84,28 @@ def synthetic_result(function: str, value: float | None, seed: int, diverged: bo
             status="diverged",
             metrics={},
             objective="val_acc",
-            curves=curves[:1],
+            curves=synthetic_curves(acc)[:1],
             diagnostics=diagnostics[: len(LAYERS)],
             diverged_at_step=7,
             spike_step=6,
             worker="synthetic-seed",
         )
+    return synthetic_complete(acc, diagnostics=diagnostics, eval_train_loss=1.0 - acc / 2)
+
+
+def synthetic_complete(acc: float, **fields: Any) -> TrialResult:
+    """A COMPLETE synthetic result reaching validation accuracy ``acc`` (the seeded studies'
+    common shape; ``fields`` adds what one seeder records beyond it, such as diagnostics)."""
     return TrialResult(
         status="complete",
         metrics={"val_acc": acc, "val_loss": 1.5 - acc},
         objective="val_acc",
         direction="maximize",
-        curves=curves,
-        diagnostics=diagnostics,
-        eval_train_loss=1.0 - acc / 2,
+        curves=synthetic_curves(acc),
         train_time_s=1.0,
         total_time_s=1.2,
         worker="synthetic-seed",
+        **fields,
     )
 
 

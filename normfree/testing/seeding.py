@@ -21,17 +21,26 @@ from normfree.settings import Settings
 from normfree.specs import EpochRecord, LayerDiagnostic, StudySpec, TrialResult
 
 LAYERS = ("blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2", "norm_final")
-SPEC = StudySpec(
-    kind="property",
-    name="seeded shift_h study",
-    proxy="vit-tiny",
-    seeds=2,
-    functions=["erf", "tanh"],
-    transform="shift_h",
-    values=[-1.0, 0.0, 1.0],
-    baselines=["layernorm"],
-    epochs=1,
-)
+
+
+def property_spec(**overrides: Any) -> StudySpec:
+    """A small shift_h property study on the tiny ViT (2 functions x 3 values x 2 seeds plus
+    LayerNorm, one epoch): the seeded study, and the base a test overrides with only the fields
+    its point depends on."""
+    fields: dict[str, Any] = {
+        "kind": "property",
+        "proxy": "vit-tiny",
+        "seeds": 2,
+        "functions": ["erf", "tanh"],
+        "transform": "shift_h",
+        "values": [-1.0, 0.0, 1.0],
+        "baselines": ["layernorm"],
+        "epochs": 1,
+    }
+    return StudySpec(**(fields | overrides))
+
+
+SPEC = property_spec(name="seeded shift_h study")
 # (function, transform value, seed) that diverges: the study page must mark it.
 DIVERGED_CELL = ("tanh", 1.0, 1)
 

@@ -8,6 +8,7 @@ import optuna
 import pytest
 
 from normfree.specs import StudySpec
+from normfree.testing.seeding import property_spec
 from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
 from normfree.workers.execution import RayExecutor, TrialStore
 from tests.workers.engine_support import drop_optuna_database, engine_settings, ray_cluster
@@ -26,16 +27,7 @@ def url(database_url: str) -> Iterator[str]:
 
 def test_property_study_end_to_end(url: str) -> None:
     settings = engine_settings(url)
-    spec = StudySpec(
-        kind="property",
-        proxy="vit-tiny",
-        seeds=2,
-        functions=["erf"],
-        transform="shift_h",
-        values=[-1.0, 0.5],
-        baselines=["layernorm"],
-        epochs=1,
-    )
+    spec = property_spec(functions=["erf"], values=[-1.0, 0.5])
     study_id = create_study(spec, settings=settings)
     store = TrialStore(url)
     assert store.repo.study_progress(study_id)["counts"]["WAITING"] == 6

@@ -10,6 +10,7 @@ It lives in the search space because it reads nothing but Properties.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -156,19 +157,15 @@ class _Not:
 
 
 @dataclass(frozen=True)
-class _All:
+class _Join:
+    """Two or more items joined by ``word``: "and" holds when all hold, "or" when any does."""
+
+    word: str
     items: tuple[Any, ...]
 
     def __call__(self, props: Properties) -> bool:
-        return all(i(props) for i in self.items)
-
-
-@dataclass(frozen=True)
-class _Any:
-    items: tuple[Any, ...]
-
-    def __call__(self, props: Properties) -> bool:
-        return any(i(props) for i in self.items)
+        test = all if self.word == "and" else any
+        return test(i(props) for i in self.items)
 
 
 class _ConstraintParser:
@@ -202,19 +199,19 @@ class _ConstraintParser:
             raise ConstraintError(f"unexpected {self.tok.text!r}", self.tok.pos)
         return node
 
-    def or_(self) -> Any:
-        items = [self.and_()]
-        while self.is_word("or"):
+    def join(self, word: str, operand: Callable[[], Any]) -> Any:
+        """operand (``word`` operand)*: the one operand alone, or their :class:`_Join`."""
+        items = [operand()]
+        while self.is_word(word):
             self.take()
-            items.append(self.and_())
-        return items[0] if len(items) == 1 else _Any(tuple(items))
+            items.append(operand())
+        return items[0] if len(items) == 1 else _Join(word, tuple(items))
+
+    def or_(self) -> Any:
+        return self.join("or", self.and_)
 
     def and_(self) -> Any:
-        items = [self.not_()]
-        while self.is_word("and"):
-            self.take()
-            items.append(self.not_())
-        return items[0] if len(items) == 1 else _All(tuple(items))
+        return self.join("and", self.not_)
 
     def not_(self) -> Any:
         if self.is_word("not"):

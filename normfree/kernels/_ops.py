@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal, Protocol
@@ -79,19 +80,21 @@ class CompiledOperator:
     def _key(self, kind: str) -> str:
         return cache_key(kind, sympy.srepr(self.expr), sympy.srepr(self.derivative))
 
-    @functools.cached_property
-    def torch_module(self) -> ModuleType:
+    def _generated(self, kind: str, source: Callable[..., str]) -> ModuleType:
+        """The generated ``kind`` module: loaded from the cache, or written there by ``source``
+        (one of ``_codegen``'s printers) when this expression's key is missing."""
         return load_generated(
-            self.options.cache, "torch", self.name, self._key("torch"),
-            lambda: torch_source(self.expr, self.derivative, self.variable, self.canonical),
+            self.options.cache, kind, self.name, self._key(kind),
+            lambda: source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
     @functools.cached_property
+    def torch_module(self) -> ModuleType:
+        return self._generated("torch", torch_source)
+
+    @functools.cached_property
     def triton_module(self) -> ModuleType:
-        return load_generated(
-            self.options.cache, "triton", self.name, self._key("triton"),
-            lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
-        )  # fmt: skip
+        return self._generated("triton", triton_source)
 
     @functools.cached_property
     def native_kernels(self) -> _native.NativeKernels:

@@ -95,13 +95,15 @@ def backward_eager(
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
     """The eager backward with as few full-size buffers and passes as ATen allows.
 
-    Same math as :func:`backward_math`, but the temporaries returned by the generated code are
+    Same math as :func:`backward_pointwise` then :func:`backward_reduce` (which it runs itself
+    when the backward is differentiated), but the temporaries returned by the generated code are
     reused in place (checked by :func:`_owned`) and dx is made from g after the reductions that
     need g, so a step allocates u, f, f' and nothing else of size M x D: fewer page faults and
     less traffic, which is most of an eager step on CPU (bench/bench_kernels_cpu.py).
     """
     if torch.is_grad_enabled():  # double backward: keep the graph-safe out-of-place version
-        return backward_math(f_and_df, dy, x, alpha, s, gamma, s_per_channel)
+        dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
+        return dx, *backward_reduce(dy, x, g, h, s, s_per_channel)
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
     xc = x.to(ct)
@@ -173,18 +175,3 @@ def backward_reduce(
         d_s = g.sum(dim=lead) if s_per_channel else g.sum()
     d_gamma = h.sum(dim=lead) if h is not None else None
     return d_alpha, d_s, d_gamma, dy.to(ct).sum(dim=lead)
-
-
-def backward_math(
-    f_and_df: FnDf,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    s_per_channel: bool,
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
-    """(dx, d_alpha, d_s, d_gamma, d_beta) in the compute dtype, out of place."""
-    dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
-    d_alpha, d_s, d_gamma, d_beta = backward_reduce(dy, x, g, h, s, s_per_channel)
-    return dx, d_alpha, d_s, d_gamma, d_beta

@@ -23,6 +23,7 @@ minus, as in Python, so ``-u**2`` is ``-(u**2)``)::
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -97,6 +98,13 @@ class TokenCursor:
 
 
 _OPS = ("**", "+", "-", "*", "/", "^", "(", ")", ",")
+# How a binary operator folds two constant operands.
+_FOLD: dict[str, Callable[[float, float], float]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+}
 
 
 def _digit(ch: str) -> bool:
@@ -273,33 +281,26 @@ class _Parser(TokenCursor):
 
     def expr(self) -> Tree:
         self.enter(self.tok.pos)
-        left = self.term()
-        while self.tok.kind == "op" and self.tok.text in "+-":
-            op = self.advance()
-            self.count(op.pos)
-            right = self.term()
-            value = None
-            if left.value is not None and right.value is not None:
-                value = left.value + right.value if op.text == "+" else left.value - right.value
-            self.constant(value, op.pos, "constant")
-            left = Tree(op.text, op.pos, (left, right), value=value)
+        left = self.chain("+-", self.term)
         self.leave()
         return left
 
     def term(self) -> Tree:
-        left = self.unary()
-        while self.tok.kind == "op" and self.tok.text in "*/":
+        return self.chain("*/", self.unary)
+
+    def chain(self, ops: str, operand: Callable[[], Tree]) -> Tree:
+        """operand (op operand)* for the left-associative operators ``ops``, folding constant
+        pairs as it goes (so every constant sub-expression is bounded where it is written)."""
+        left = operand()
+        while self.tok.kind == "op" and self.tok.text in ops:
             op = self.advance()
             self.count(op.pos)
-            right = self.unary()
+            right = operand()
+            if op.text == "/" and right.value == 0:
+                raise ExpressionError("division by zero", op.pos)
             value = None
-            if op.text == "/":
-                if right.value == 0:
-                    raise ExpressionError("division by zero", op.pos)
-                if left.value is not None and right.value is not None:
-                    value = left.value / right.value
-            elif left.value is not None and right.value is not None:
-                value = left.value * right.value
+            if left.value is not None and right.value is not None:
+                value = _FOLD[op.text](left.value, right.value)
             self.constant(value, op.pos, "constant")
             left = Tree(op.text, op.pos, (left, right), value=value)
         return left

@@ -210,9 +210,11 @@ class Client:
         """The study's arms (cells): mean and CI per function and value or options."""
         return self._get(f"/api/studies/{int(study_id)}/arms")["items"]
 
-    def leaderboard(self, proxy: str, *, study_id: int | None = None) -> dict[str, Any]:
-        """``proxy``'s leaderboard (only ``study_id``'s trials when given)."""
-        return self._get(f"/api/leaderboards/{proxy}", study_id=study_id)
+    def leaderboard(
+        self, proxy: str, *, study_id: int | None = None, group: str | None = None
+    ) -> dict[str, Any]:
+        """``proxy``'s leaderboard (only ``study_id``'s trials, only arms of ``group``)."""
+        return self._get(f"/api/leaderboards/{proxy}", study_id=study_id, group=group)
 
     # -- tables -------------------------------------------------------------------------------
 
@@ -223,12 +225,14 @@ class Client:
         fmt: Literal["csv", "parquet"] = "csv",
         *,
         study_id: int | None = None,
+        group: str | None = None,
         status: list[str] | None = None,
     ) -> bytes:
         """The server's export of ``what`` as file bytes: ``trials`` or ``arms`` of study
-        ``key``, or the ``leaderboard`` of proxy ``key`` (only ``study_id``'s trials)."""
+        ``key`` (only trials in ``status``), or the ``leaderboard`` of proxy ``key`` (only
+        ``study_id``'s trials, only arms of ``group``)."""
         if what == "leaderboard":
-            path, params = f"/api/leaderboards/{key}", {"study_id": study_id}
+            path, params = f"/api/leaderboards/{key}", {"study_id": study_id, "group": group}
         elif what in ("trials", "arms"):
             path, params = f"/api/studies/{int(key)}/{what}", {"status": status}
         else:

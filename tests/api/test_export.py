@@ -29,8 +29,8 @@ def study(make_api: Callable[..., Api], database_url: str) -> tuple[Api, int]:
     return api, seeded.study_id
 
 
-def _frame(api: Api, url: str, fmt: str) -> pd.DataFrame:
-    r = api.client.get(url, params={"format": fmt})
+def _frame(api: Api, url: str, fmt: str, **params: Any) -> pd.DataFrame:
+    r = api.client.get(url, params={**params, "format": fmt})
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith(export.MEDIA_TYPES[fmt].split(";")[0])
     assert f'.{fmt}"' in r.headers["content-disposition"]
@@ -96,9 +96,14 @@ def test_leaderboard_round_trip(study: tuple[Api, int], fmt: str) -> None:
             assert _same(row[col], arm[col]), (col, row[col], arm[col])
         if arm["vs_layernorm"]:
             assert _same(row["vs_layernorm.mean_diff"], arm["vs_layernorm"]["mean_diff"])
-    # the study filter as the JSON has it
-    only = _frame(api, f"/api/leaderboards/vit-tiny?study_id={sid}", fmt)
+    # the filters as the JSON has them
+    only = _frame(api, "/api/leaderboards/vit-tiny", fmt, study_id=sid)
     assert len(only) == len(board["rows"])
+    group = board["rows"][0]["group"]
+    grouped = api.client.get("/api/leaderboards/vit-tiny", params={"group": group}).json()
+    frame = _frame(api, "/api/leaderboards/vit-tiny", fmt, group=group)
+    assert list(frame["candidate"]) == [r["candidate"] for r in grouped["rows"]]
+    assert set(frame["group"]) == {group} and len(frame) < len(board["rows"])
 
 
 def test_filters_and_errors(study: tuple[Api, int]) -> None:

@@ -148,3 +148,25 @@ def test_flatten_and_mixed_columns_to_parquet() -> None:
     df = pd.read_parquet(io.BytesIO(export.to_parquet(rows)))
     assert list(df.columns) == ["a.b", "a.c.d", "l", "nan", "e"]
     assert list(df["a.b"]) == ["1", "word"]
+
+
+def test_pages_link_their_downloads(study: tuple[Api, int]) -> None:
+    """The study page and the leaderboard page link their tables; each link is the export."""
+    import html
+    import re
+
+    api, sid = study
+    c = api.client
+    page = c.get(f"/studies/{sid}", headers={"Accept": "text/html"}).text
+    links = [html.unescape(h) for h in re.findall(r'href="([^"]*format=[^"]*)"', page)]
+    assert len(links) == 4
+    cells = c.get(f"/api/studies/{sid}/arms").json()["items"]
+    arms_csv = next(u for u in links if "/arms" in u and "format=csv" in u)
+    assert len(pd.read_csv(io.BytesIO(c.get(arms_csv).content))) == len(cells)
+
+    board = c.get("/api/leaderboards/vit-tiny", params={"group": "baseline"}).json()
+    page = c.get("/", params={"proxy": "vit-tiny", "group": "baseline"}).text
+    (csv_link,) = [html.unescape(h) for h in re.findall(r'id="board-csv" href="([^"]*)"', page)]
+    assert "group=baseline" in csv_link
+    frame = pd.read_csv(io.BytesIO(c.get(csv_link).content))
+    assert list(frame["candidate"]) == [r["candidate"] for r in board["rows"]]

@@ -18,6 +18,7 @@ from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
 from normfree.cli._studies import db_option, open_store, settings_for
 
+# normfree.api.export.FILE_FORMATS, spelled here: importing the API would load FastAPI for --help
 FORMATS = ("csv", "parquet", "json")
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
 

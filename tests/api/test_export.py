@@ -113,6 +113,8 @@ def test_filters_and_errors(study: tuple[Api, int]) -> None:
     df = pd.read_csv(io.BytesIO(r.content))
     assert len(df) == 1 and set(df["status"]) == {"DIVERGED"}
     assert c.get(f"/api/studies/{sid}/trials", params={"format": "xml"}).status_code == 422
+    r = c.get(f"/api/studies/{sid}/trials", params={"format": "csv", "cursor": "3"})
+    assert r.status_code == 422 and "whole study" in r.json()["message"]
     for url in ("/api/studies/999/trials", "/api/studies/999/arms"):
         r = c.get(url, params={"format": "csv"})
         assert r.status_code == 404 and "no study 999" in r.json()["message"]

@@ -19,7 +19,7 @@ from normfree.api.schemas import (
     StudyPublic,
     TrialPage,
 )
-from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
+from normfree.specs import StudyKindName, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -84,7 +84,7 @@ def list_studies(
     state: StateDep,
     _reader: Reader,
     status: StudyStatus | None = None,
-    kind: StudyKind | None = None,
+    kind: StudyKindName | None = None,
 ) -> StudyList:
     """Studies, newest first, with their progress."""
     return services.list_studies(state, status=status, kind=kind)
@@ -97,27 +97,34 @@ async def get_study(
     _reader: Reader,
     study_id: IdPath,
     trials: Annotated[
-        bool,
-        Query(
-            description="Include every trial (a study may have thousands: page through "
-            "/api/studies/{id}/trials instead)."
-        ),
+        bool, Query(description="Include a page of the study's trials (false: the summary).")
     ] = True,
-) -> Response | StudyDetail:
-    """A study with its progress, its cells (mean and CI per arm) and its trials.
+    trials_limit: Annotated[int, Query(ge=1, le=1000, description="Trials in the page.")] = 100,
+    trials_cursor: Annotated[
+        str | None,
+        Query(max_length=20, description="``trials_next_cursor`` of the previous answer."),
+    ] = None,
+) -> Response:
+    """A study with its progress, its cells (mean and CI per arm) and a page of its trials.
 
-    Without trials (``?trials=false``: the summary) it is cached until a trial of the study
-    finishes or its status changes, and sends an ETag (``If-None-Match`` answers 304)."""
-    if trials:
-        return await run_in_threadpool(services.get_study, state, study_id)
+    The trials come a page at a time (a study may have thousands; no default answer lists them
+    all): ``trials_next_cursor`` names the next page, for ``?trials_cursor=`` here or
+    ``cursor=`` on /api/studies/{id}/trials (the same pages). Cached until a trial of the
+    study starts or finishes or its status changes, and sends an ETag (``If-None-Match``
+    answers 304)."""
     key = await reads.small_read(state, reads.study_key, state, study_id)
-    return await cache.serve(
-        request,
-        state.cache,
-        key,
-        lambda: cache.json_body(services.get_study(state, study_id, trials=False)),
-        replay=not reads.driven(key),
-    )
+    if trials:
+        key = reads.derived("study-detail", key, trials_limit, trials_cursor)
+
+    def build() -> cache.Cached:
+        summary = reads.study_summary(state, study_id, key)
+        if not trials:
+            return cache.json_body(summary)
+        page = services.list_study_trials(state, study_id, limit=trials_limit, cursor=trials_cursor)
+        paged = {"trials": page.items, "trials_next_cursor": page.next_cursor}
+        return cache.json_body(summary.model_copy(update=paged))
+
+    return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))
 
 
 @router.get(

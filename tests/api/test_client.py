@@ -106,7 +106,7 @@ def test_create_and_wait_with_progress(api: Api) -> None:
         done = nf.wait(sid, timeout=60, poll=0.1, progress=seen.append)
     finally:
         worker.join()
-    assert done["status"] == "complete" and done["progress"]["finished"] == 2
+    assert done["progress"]["state"] == "complete" and done["progress"]["finished"] == 2
     assert seen[0]["progress"]["finished"] < 2 and seen[-1] == done
     assert len(nf.to_dataframe("trials", sid)) == 2
     with pytest.raises(ClientError) as err:

@@ -128,6 +128,7 @@ def test_record_trial_from_a_notebook(api: Api) -> None:
 
     nf = Client(http=api.client)
     assert nf.study(sid)["status"] == "complete"
+    assert nf.wait(sid, timeout=5)["status"] == "complete"  # with its progress bar
     stored = nf.trial(first["trial_id"])
     result = synthetic_result("erf", None, 0, False)
     assert stored["status"] == "COMPLETE" and stored["metrics"] == result.metrics

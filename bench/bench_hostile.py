@@ -39,9 +39,9 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from bench_read_scale import Client
 from figures import latency_figures, save
 from machine import describe
+from readload import Client
 
 READS = (
     "/api/candidates",

@@ -135,8 +135,7 @@ def validate_params(
 
 def _field_defaults(proxy: str) -> dict[str, Any]:
     """Every overridable field of the preset with its default (its type is the allowed type)."""
-    from normfree.workers.proxies import PROXIES
-    from normfree.workers.trainer import PRESET_OVERRIDABLE
+    from normfree.workers.proxies import PRESET_OVERRIDABLE, PROXIES
 
     preset = PROXIES[proxy]
     out = {f.name: getattr(preset.config, f.name) for f in dataclasses.fields(preset.config)}

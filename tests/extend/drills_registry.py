@@ -7,7 +7,7 @@ the doc as ``<kind>``.
 
 from __future__ import annotations
 
-from tests.extend.drills import Drill
+from tests.extend.drills import TESTS_OF, Drill
 from tests.extend.scratch import insert_before
 
 # -- a preset: a deeper smoke ViT, keeping its parent's measured cost -------------------------
@@ -53,8 +53,9 @@ PRESET = Drill(
     },
     checks=(
         ("-c", PRESET_SCRIPT),
-        ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "vit-tiny-deep or every_preset",
-         "tests/workers/test_proxies.py", "tests/workers/test_preset_cost.py"),
+        ("-c", TESTS_OF, "vit-tiny-deep", "-q", "-p", "no:cacheprovider", "-k",
+         "vit-tiny-deep or every_preset", "tests/workers/test_proxies.py",
+         "tests/workers/test_preset_cost.py"),
     ),
 )  # fmt: skip
 
@@ -116,7 +117,7 @@ KIND = Drill(
     edits={"normfree/workers/kinds/sweep.py": lambda _: KIND_MODULE},
     checks=(
         ("-c", KIND_SCRIPT),
-        ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "sweep or registered",
+        ("-c", TESTS_OF, "sweep", "-q", "-p", "no:cacheprovider", "-k", "sweep or registered",
          "tests/workers/test_kind_contract.py", "tests/workers/test_kinds.py"),
     ),
     placeholders=(("<kind>", "sweep"),),

@@ -91,6 +91,9 @@ class StudyKind(ABC):
     asks_optuna: ClassVar[bool] = False
     # Whether its trials report each epoch to a pruner (``spec.pruner`` then applies).
     prunes: ClassVar[bool] = False
+    # Whether its trials come one after another, each chosen from the results before it: its
+    # optimisation history means something (the API's and the pages' search view).
+    searches: ClassVar[bool] = False
 
     # -- requests ----------------------------------------------------------------------------
     def param_names(self) -> set[str]:

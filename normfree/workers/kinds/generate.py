@@ -40,6 +40,7 @@ class GenerateKind(StudyKind):
     )
     Params: ClassVar[type[CommonParams]] = GenerateKindParams
     prunes = True
+    searches = True
 
     def smoke_spec(self, proxy: str) -> StudySpec:
         params = {

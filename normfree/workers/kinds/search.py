@@ -125,6 +125,7 @@ class SearchKind(StudyKind):
     Params: ClassVar[type[CommonParams]] = SearchParams
     asks_optuna = True
     prunes = True
+    searches = True
 
     def smoke_spec(self, proxy: str) -> StudySpec:
         return StudySpec(

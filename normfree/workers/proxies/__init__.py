@@ -446,6 +446,22 @@ register(
 DEFAULT_PROXY = "vit-screen-heldout"
 
 
+# The preset's own fields a trial may override (beside its model config's): here, beside the
+# presets, so that checking a study's overrides (workers.cost) never imports the trainer (torch:
+# seconds of a small study's start-up in the CLI, which only drives).
+PRESET_OVERRIDABLE = (
+    "batch_size",
+    "label_smoothing",
+    "schedule",
+    "divergence_factor",
+    "grad_clip",
+    "max_train",
+    "max_eval",
+    "fd_samples",
+    "precision",
+)
+
+
 def get_preset(name: str) -> Preset:
     """The preset ``name``; ValueError naming the registered ones otherwise."""
     try:
@@ -456,6 +472,7 @@ def get_preset(name: str) -> Preset:
 
 __all__ = [
     "DEFAULT_PROXY",
+    "PRESET_OVERRIDABLE",
     "PROXIES",
     "DiT",
     "DiTConfig",

@@ -56,6 +56,7 @@ def test_arms_of_a_study_draw_every_seed_and_their_mean(api: Api, seeded: Seeded
     # the study page offers its arms as checkboxes for this page
     study_page = api.client.get(f"/studies/{seeded.study_id}").text
     assert 'id="compare-form"' in study_page and f'value="{labels[0]}"' in study_page
+    assert 'id="compare-trials-form"' in study_page  # and a field for trial ids
 
 
 @pytest.mark.parametrize(

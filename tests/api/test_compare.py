@@ -146,3 +146,29 @@ def test_compare_and_search_on_postgresql(make_api: Any, postgres_database_url: 
     ).json()
     assert [len(a["trial_ids"]) for a in arms["arms"]] == [1, 1]
     assert api.client.get(f"/studies/{search.study_id}/search").status_code == 200
+
+
+@pytest.mark.parametrize("bad", ['{"oops', '"oops"', "[1]"])
+def test_corrupt_stored_rows_never_cost_the_answer(
+    api: Api, search: SeededSearch, bad: str
+) -> None:
+    """A trial whose stored axes or curve metrics are not what they should be is shown under
+    its function's name with what could be read: 200, never a 500."""
+    import sqlalchemy as sa
+
+    tid = search.trial_ids["erf"]
+    with api.repo.db.session() as s:
+        s.execute(sa.text("UPDATE trials SET axis_values = :b WHERE id = :i"), {"b": bad, "i": tid})
+        s.execute(
+            sa.text("UPDATE trial_metrics SET metrics = :b WHERE trial_id = :i"),
+            {"b": bad, "i": tid},
+        )
+    view = api.client.get(f"/api/studies/{search.study_id}/search")
+    assert view.status_code == 200, view.text
+    assert {t["arm"] for t in view.json()["trials"]} >= {"erf", "tanh"}
+    got = api.client.get(f"/api/compare?trials={tid},{search.trial_ids['tanh']}")
+    assert got.status_code == 200, got.text
+    erf = got.json()["trials"][0]
+    assert erf["arm"] == "erf" and all(c["metrics"] == {} for c in erf["curves"])
+    for url in (f"/studies/{search.study_id}/search", f"/compare?trials={tid}"):
+        assert api.client.get(url).status_code == 200, url

@@ -172,3 +172,19 @@ def test_corrupt_stored_rows_never_cost_the_answer(
     assert erf["arm"] == "erf" and all(c["metrics"] == {} for c in erf["curves"])
     for url in (f"/studies/{search.study_id}/search", f"/compare?trials={tid}"):
         assert api.client.get(url).status_code == 200, url
+
+
+def test_closed_reads_close_the_new_pages_too(make_api: Any, sqlite_database_url: str) -> None:
+    """With ``public_reads`` off, the comparison and search reads follow the API's read rule:
+    401 without a token, 200 with one (the pages answer 401: a page cannot send a token)."""
+    api = make_api(sqlite_database_url, public_reads=False)
+    search = seed_search_study(api.settings)
+    urls = [
+        f"/api/studies/{search.study_id}/search",
+        f"/api/compare?study={search.study_id}&arm=erf",
+    ]
+    for url in urls:
+        assert api.client.get(url).status_code == 401, url
+        assert api.client.get(url, headers=api.auth).status_code == 200, url
+    for url in (f"/studies/{search.study_id}/search", "/compare"):
+        assert api.client.get(url).status_code == 401, url

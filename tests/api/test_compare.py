@@ -114,6 +114,11 @@ def test_search_view_has_history_importance_and_pruning(api: Api, search: Seeded
     # importance: the properties of the five functions (three completed, two pruned)
     assert view["importance"]["n_candidates"] == 5 and view["importance"]["features"]
     assert view["counts"]["PRUNED"] == 2 and view["counts"]["COMPLETE"] == 3
+    # cached like the study's summary: the same state answers 304 to its ETag
+    again = api.client.get(
+        f"/api/studies/{search.study_id}/search", headers={"If-None-Match": got.headers["etag"]}
+    )
+    assert again.status_code == 304
     page = api.client.get(f"/studies/{search.study_id}/search")
     assert page.status_code == 200
     for div in ("history-figure", "importance-figure", "pruning-figure", "pruned-trials"):

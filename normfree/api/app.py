@@ -129,8 +129,6 @@ def create_app(
             target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
         ).start()
         if state.prescreen:
-            from normfree.api import prescreens
-
             # prescreens a killed server left pending (parsing: off the event loop)
             threading.Thread(
                 target=_quietly(prescreens.requeue_interrupted),
@@ -179,11 +177,14 @@ def create_app(
         settings.offload_workers, settings.offload_seconds, settings.offload_queue_per_client
     )
     # Outside even the security headers: it replays answers as they were finally sent.
+    from normfree.api import prescreens
+
     lane = fastlane.generation_for(state.db.url) if settings.fast_lane else None
     app.add_middleware(
         fastlane.FastLane,
         generation=lane,
-        local=lambda: services.ENRICHER.epoch,
+        # what answers show beside the database: analyses done, this process's prescreens
+        local=lambda: (services.ENRICHER.epoch, prescreens.epoch()),
         enabled=lambda: settings.public_reads,
         direct=[(re.compile("/api" + trials.DIRECT_PATH.pattern), _secured(trials.direct))]
         if settings.fast_lane

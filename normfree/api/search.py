@@ -69,7 +69,7 @@ def search_view(state: ServiceState, study_id: int) -> SearchView:
     """The view of one search or generate study; 404 for no such study or another kind."""
     from normfree.api.services.studies import arm_of, study_key
 
-    key, row, counts = study_key(state, study_id)
+    key, row, snap = study_key(state, study_id)
     if row["kind"] not in SEARCH_KINDS:
         raise ApiError(
             404,
@@ -78,7 +78,8 @@ def search_view(state: ServiceState, study_id: int) -> SearchView:
             f"have a search view; its cells are at /api/studies/{study_id}",
         )
     return state.cache.get_or_build(
-        (("search-view", study_id), key), lambda: _build(state, row, counts, arm_of)
+        (("search-view", study_id), key),
+        lambda: _build(state, {**row, "status": snap.status}, dict(snap.counts), arm_of),
     )
 
 

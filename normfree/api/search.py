@@ -84,7 +84,8 @@ def search_view(state: ServiceState, study_id: int) -> SearchView:
             f"studies have a search view; its cells are at /api/studies/{study_id}",
         )
     return state.cache.get_or_build(
-        (("search-view", study_id), key), lambda: _build(state, row, snap.counts, arm_of)
+        (("search-view", study_id), key),
+        lambda: _build(state, {**row, "status": snap.status}, dict(snap.counts), arm_of),
     )
 
 

@@ -225,7 +225,8 @@ def arm_of(
     to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
     from normfree.storage.leaderboard import arm_text, identity
 
-    ax = dict(trial.get("axis_values") or {})
+    stored = trial.get("axis_values")
+    ax = dict(stored) if isinstance(stored, Mapping) else {}  # unreadable: no axes, its name
     ax.pop("seed", None)
     function = identity(str(ax.pop("function", trial["candidate"])))
     baseline = bool(ax.pop("baseline", False))

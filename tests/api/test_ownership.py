@@ -78,7 +78,9 @@ def test_read_scope_cannot_write_and_expired_tokens_are_refused(api: Api) -> Non
     assert api.repo.list_candidates(name_contains="peeked") == []
     gone = api.repo.create_token("gone", ["write"], expires_at=datetime.now(UTC) - timedelta(1))
     r = c.post("/api/studies", json=STUDY, headers=_bearer(gone))
-    assert r.status_code == 403 and "expired" in r.json()["message"]
+    # expired: not credentials any more (401, RFC 6750's invalid_token), saying when
+    assert r.status_code == 401 and "expired at" in r.json()["message"]
+    assert 'error="invalid_token"' in r.headers["WWW-Authenticate"]
     later = create_token(api.repo, "later", expires_days=1)
     assert c.post("/api/studies", json=STUDY, headers=_bearer(later)).status_code == 201
     scopes = {t["name"]: t["scope"] for t in api.repo.list_tokens()}

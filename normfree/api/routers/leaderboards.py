@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from normfree.api import cache, reads
 from normfree.api.deps import GroupQuery, PropertyQuery, Reader, StateDep, StudyIdQuery
@@ -23,6 +23,9 @@ async def get_leaderboard(
     group: GroupQuery = None,
     properties: PropertyQuery = None,
     study_id: StudyIdQuery = None,
+    archived: Annotated[
+        bool, Query(description="Count archived studies and arms too (left out by default).")
+    ] = False,
 ) -> Response:
     """Arms of ``proxy`` ranked by the pessimistic end of their 95% t interval (one lucky seed
     cannot top the board), with diverged counts, Welch's test against the best, and the paired
@@ -31,12 +34,18 @@ async def get_leaderboard(
     Built from per-arm summaries and cached until one of the proxy's trials finishes; sends an
     ETag (``If-None-Match`` answers 304)."""
     key = await reads.small_read(
-        state, reads.leaderboard_key, state, proxy, group, properties, study_id
+        state, reads.leaderboard_key, state, proxy, group, properties, study_id, archived
     )
 
     def build() -> cache.Cached:
         board = reads.leaderboard(
-            state, proxy, group=group, properties=properties, study_id=study_id, key=key
+            state,
+            proxy,
+            group=group,
+            properties=properties,
+            study_id=study_id,
+            key=key,
+            archived=archived,
         )
         return cache.json_body(board)
 

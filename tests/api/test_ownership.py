@@ -135,7 +135,8 @@ def test_only_the_creator_or_an_admin_deletes_a_finished_study(api: Api) -> None
     assert c.delete(f"/api/studies/{sid}", headers=bob).status_code == 403
     assert c.get(f"/api/studies/{sid}").status_code == 200  # still there
     r = c.delete(f"/api/studies/{sid}", headers=alice)
-    assert r.status_code == 200 and r.json() == {"id": sid, "deleted": True}
+    assert r.status_code == 200 and r.json()["id"] == sid and r.json()["deleted"] is True
+    assert r.json()["removes"]["optuna_study"] == f"normfree-study-{sid}"  # what went
     assert c.get(f"/api/studies/{sid}").status_code == 404
     assert api.repo.list_trials(sid) == []
     names = optuna.get_all_study_names(storage=optuna_storage_url(api.settings))

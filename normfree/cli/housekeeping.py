@@ -58,8 +58,13 @@ def _confirm(preview: Any, lines: list[str], yes: bool, dry_run: bool, as_json: 
              as_json)  # fmt: skip
     if not as_json:
         click.echo("\n".join(lines))
-    if not yes and not click.confirm("delete?", default=False):
-        fail("nothing deleted", as_json, code=1)
+    if not yes:
+        try:
+            sure = click.confirm("delete?", default=False)
+        except click.Abort:  # no answer (no terminal, or Ctrl-C): no
+            sure = False
+        if not sure:
+            fail("nothing deleted", as_json, code=1)
     return True
 
 

@@ -303,10 +303,24 @@ def _candidate_page(
 
 
 @router.get("/studies", response_class=HTMLResponse, name="page_studies")
-def page_studies(request: Request, state: StateDep, _reader: Reader) -> Response:
+def page_studies(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    tag: Annotated[str | None, Query(max_length=40)] = None,
+    archived: bool = False,
+) -> Response:
+    """The studies, with their tags and notes; ``?tag=`` filters, ``?archived=true`` shows
+    archived ones too."""
     parts = PageParts("studies")
-    studies = parts.build("the studies", lambda: services.list_studies(state).items, [])
-    return _render(request, "studies.html", notices=parts.notices, studies=studies)
+    studies = parts.build(
+        "the studies",
+        lambda: services.list_studies(state, tag=tag or None, archived=archived).items,
+        [],
+    )
+    return _render(
+        request, "studies.html", notices=parts.notices, studies=studies, tag=tag, archived=archived
+    )
 
 
 def _study_figure(detail: Any) -> Any:

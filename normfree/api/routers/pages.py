@@ -28,7 +28,7 @@ from normfree.api.deps import (
     Reader,
     StateDep,
     StudyIdQuery,
-    check_token,
+    check_principal,
 )
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.routers import candidates
@@ -553,10 +553,12 @@ async def page_submit_post(
     form = {"name": name, "formula": formula, "description": description}
     try:
         data = CandidateCreate(name=name, formula=formula, description=description.strip() or None)
-        who = await run_in_threadpool(check_token, state, token.strip() or None)
-        parsed = await candidates.parsed_submission(request, state, data, who)
+        who = await run_in_threadpool(check_principal, state, token.strip() or None)
+        parsed = await candidates.parsed_submission(request, state, data, who.name)
         result = await run_in_threadpool(
-            lambda: services.submit_candidate(state, data, submitter=who, parsed=parsed)
+            lambda: services.submit_candidate(
+                state, data, submitter=who.name, parsed=parsed, owner_token_id=who.id
+            )
         )
     except ValidationError as exc:
         msg = describe_validation([dict(e) for e in exc.errors()])

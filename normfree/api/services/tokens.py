@@ -19,8 +19,8 @@ MAX_EXPIRY = timedelta(days=36_500)
 
 
 def parse_expiry(text: str, now: datetime | None = None) -> datetime:
-    """When a token given ``--expires TEXT`` expires: a duration from now (``30s``, ``90m``, ``12h``,
-    ``30d``, ``2w``) or a date or time (``2027-01-31``, ``2027-01-31T12:00``; UTC unless it
+    """When a token given ``--expires TEXT`` expires: a duration from now (``30s``, ``90m``,
+    ``12h``, ``30d``, ``2w``) or a date or time (``2027-01-31``, ``2027-01-31T12:00``; UTC unless it
     says otherwise). ValueError for anything else, a time not in the future, or one more than
     100 years away."""
     now = now or datetime.now(UTC)

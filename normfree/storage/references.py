@@ -312,16 +312,18 @@ class ReferenceStore:
             q = select(TrialRow.context_key, TrialRow.proxy, func.count()).where(
                 TrialRow.status.in_(finished)
             )
+            # a proxy's report leaves archived studies and arms out, as its leaderboard does
+            shown = aggregates.shown_trials(TrialRow.archived, TrialRow.study_id) if proxy else []
             if proxy is not None:
                 ctx = default_context_key(proxy)
-                q = q.where(TrialRow.context_key == ctx, TrialRow.proxy == proxy)
+                q = q.where(TrialRow.context_key == ctx, TrialRow.proxy == proxy, *shown)
             else:
                 q = q.where(TrialRow.study_id == study_id)
             contexts = s.execute(q.group_by(TrialRow.context_key, TrialRow.proxy)).all()
             if not contexts:
                 return [], {"proxy": proxy, "study_id": study_id, "context_key": None, "trials": 0}
             ctx, ctx_proxy, _ = max(contexts, key=lambda c: (c[2], c[0]))
-            base = [TrialRow.context_key == ctx, TrialRow.status.in_(finished)]
+            base = [TrialRow.context_key == ctx, TrialRow.status.in_(finished), *shown]
             if study_id is not None:
                 base.append(TrialRow.study_id == study_id)
             # one representative trial per arm: its norm decides the arm's cell

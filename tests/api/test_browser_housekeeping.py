@@ -85,6 +85,10 @@ def test_tags_notes_and_archives_in_a_real_browser(tmp_path: Path) -> None:
             assert "archived" in page.locator("#study-notes .badge.no").inner_text()
             page.goto(base + "?proxy=vit-tiny")
             assert page.locator("#leaderboard tbody tr").count() == 0
+            page.check("#archived")  # the leaderboard's own "archived too"
+            page.click("form.filters button[type=submit]")
+            page.wait_for_selector("#leaderboard tbody tr")
+            assert page.locator("#leaderboard tbody tr").count() == 7
             assert not errors, errors
         finally:
             ctx.close()

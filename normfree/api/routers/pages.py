@@ -124,15 +124,23 @@ async def page_leaderboard(
     proxy: Annotated[str | None, Query(max_length=100)] = None,
     group: GroupQuery = None,
     properties: PropertyQuery = None,
+    archived: bool = False,
 ) -> Response:
-    """The leaderboard of one proxy (default: the first with results); cached like its JSON."""
+    """The leaderboard of one proxy (default: the first with results); cached like its JSON.
+    ``archived``: archived studies and arms count too."""
     wanted = [p for p in properties or [] if p]
 
     def keys() -> tuple[list[str], str | None, reads.Key | None, reads.Key]:
         proxies = services.proxies_with_results(state)
         shown = proxy or (proxies[0] if proxies else None)
-        lb_key = reads.leaderboard_key(state, shown, group or None, wanted) if shown else None
-        family = ("page-leaderboard", str(request.base_url), shown, group, tuple(wanted))
+        lb_key = (
+            reads.leaderboard_key(state, shown, group or None, wanted, None, archived)
+            if shown
+            else None
+        )
+        family = (
+            "page-leaderboard", str(request.base_url), shown, group, tuple(wanted), archived
+        )  # fmt: skip
         versions = (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1])
         return proxies, shown, lb_key, (family, versions)
 
@@ -146,7 +154,12 @@ async def page_leaderboard(
             board = parts.build(
                 "the leaderboard",
                 lambda: reads.leaderboard(
-                    state, proxy, group=group or None, properties=wanted, key=lb_key
+                    state,
+                    proxy,
+                    group=group or None,
+                    properties=wanted,
+                    key=lb_key,
+                    archived=archived,
                 ),
                 None,
             )
@@ -187,6 +200,7 @@ async def page_leaderboard(
                 groups=groups,
                 properties=properties or [],
                 figure=figure,
+                archived=archived,
             )
         )
 

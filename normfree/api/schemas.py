@@ -545,10 +545,13 @@ class Version(_Out):
 
 
 class ReferenceSetDeleted(_Out):
-    """The answer to deleting a reference set."""
+    """The answer to deleting a reference set: its rows went with it (with ``dry_run``, would
+    go: nothing removed)."""
 
     name: str
     deleted: bool = True
+    dry_run: bool = False
+    rows: int | None = None
 
 
 class ReferenceSetPublic(_Out):

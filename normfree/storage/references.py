@@ -204,9 +204,17 @@ class ReferenceStore:
             aggregates.bump(s, READ_SCOPE)
             return _set_dict(row, len(ref.rows), ref.settings())
 
-    def delete(self, name: str, *, owner_token_id: int | None = None, admin: bool = True) -> bool:
+    def delete(
+        self,
+        name: str,
+        *,
+        owner_token_id: int | None = None,
+        admin: bool = True,
+        dry_run: bool = False,
+    ) -> bool:
         """Remove a set and its rows; False when there is none. The built-in set cannot be
-        removed (``ReferenceExists``), another token's only by an admin (``ReferenceForbidden``)."""
+        removed (``ReferenceExists``), another token's only by an admin (``ReferenceForbidden``).
+        ``dry_run``: every check, nothing removed (a delete's preview)."""
         with self.db.session() as s:
             old = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
             if old is None:
@@ -214,6 +222,8 @@ class ReferenceStore:
             if old.builtin:
                 raise ReferenceExists(f"reference set {name!r} is built in; it cannot be deleted")
             _check_owner(old, owner_token_id, admin)
+            if dry_run:
+                return True
             s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == old.id))
             aggregates.bump(s, READ_SCOPE)
             return True

@@ -110,7 +110,11 @@ def test_only_the_importer_or_an_admin_replaces_or_deletes_a_reference_set(api: 
     # the admin replaces it (and owns it after), then deletes it
     assert c.post("/api/references?replace=true", json=REFERENCE, headers=admin).status_code == 201
     assert c.delete("/api/references/alices", headers=alice).status_code == 403
-    assert c.delete("/api/references/alices", headers=admin).status_code == 200
+    assert c.delete("/api/references/alices?dry_run=true", headers=alice).status_code == 403
+    preview = c.delete("/api/references/alices?dry_run=true", headers=admin).json()
+    assert preview == {"name": "alices", "deleted": False, "dry_run": True, "rows": 1}
+    assert c.get("/api/references/alices").status_code == 200  # the preview removed nothing
+    assert c.delete("/api/references/alices", headers=admin).json()["rows"] == 1
     assert c.get("/api/references/alices").status_code == 404
     assert c.delete("/api/references/alices", headers=admin).status_code == 404
     assert c.delete("/api/references/published", headers=admin).status_code == 409

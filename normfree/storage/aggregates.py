@@ -192,11 +192,14 @@ def record_finished(session: Any, trial_ids: Sequence[int]) -> None:
     dialect = session.get_bind().dialect.name
     t = TrialRow.__table__
     cols = [t.c[c] for c in _TRIAL_COLUMNS]
-    # An archived trial (its arm archived in its study) counts nowhere. A study is archived
-    # only once finished, so no trial of an archived study reaches this fold.
+    # An archived trial (its arm archived in its study) or a trial of an archived study counts
+    # nowhere, as in ``rebuild``: a study is archived only once finished, but a way round the
+    # API's refusal (a CLI resume) must not put its trials back on the boards.
     rows = session.execute(
         sa.select(*cols).where(
-            t.c.id.in_(list(trial_ids)), t.c.status.in_(FINISHED), t.c.archived.is_not(True)
+            t.c.id.in_(list(trial_ids)),
+            t.c.status.in_(FINISHED),
+            *shown_trials(t.c.archived, t.c.study_id),
         )
     ).all()
     by_arm: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)

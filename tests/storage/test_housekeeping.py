@@ -192,3 +192,18 @@ def test_an_expired_token_says_when(repo: Repository) -> None:
     assert repo.token_principal(old) is None and repo.token_expiry(old) is not None
     assert repo.token_principal(new) is not None and repo.token_expiry(new) is None
     assert repo.token_expiry("nf_unknown") is None
+
+
+def test_a_trial_of_an_archived_study_finishing_later_counts_nowhere(repo: Repository) -> None:
+    """Archived, then run again by a way round the API's refusal (the engine resumes it):
+    the trials it finishes stay off the boards, in the summaries as in a rebuild."""
+    sid = _run_study(repo, ["erf"])
+    repo.archive_study(sid)
+    repo.add_trials(sid, [TrialConfig(proxy=PROXY, norm=NormSpec(name="tanh"), seed=9)])
+    repo.set_study_status(sid, "running")
+    lease = repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    done = TrialResult(status="complete", objective="val_acc", metrics={"val_acc": 0.9})
+    assert repo.finish_trial(lease.id, "w", lease.attempt, done)
+    assert repo.leaderboard(PROXY) == [] == repo.leaderboard(PROXY, from_scratch=True)
+    assert _candidates(repo, archived=True) == {"erf", "tanh"}

@@ -537,6 +537,10 @@ def _steer(
     from normfree.workers import lifecycle
 
     store = open_store(settings_for(database_url))
+    row = store.repo.get_study(study_id)
+    if row is not None and row.get("archived_at") is not None:  # as the API refuses it (409)
+        fail(f"study {study_id} is archived: `normfree study archive {study_id} --restore` "
+             "first", as_json, code=1)  # fmt: skip
     try:
         done = lifecycle.steer(store.repo, study_id, action, restart=restart)
     except KeyError:

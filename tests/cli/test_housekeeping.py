@@ -59,6 +59,8 @@ def test_tags_notes_archive_and_delete_from_the_cli(tmp_path: Path) -> None:
     assert j(["study", "archive", str(sid)]) == {"study_id": sid, "archived": True}
     assert j(["study", "list"]) == []
     assert [s["id"] for s in j(["study", "list", "--archived"])] == [sid]
+    resumed = cli(["study", "resume", str(sid), "--detach"], url)  # not driven while archived
+    assert resumed.exit_code == 1 and "--restore" in resumed.stderr
     assert j(["study", "archive", str(sid), "--restore"])["archived"] is False
     assert j(["leaderboard", "--proxy", "vit-tiny"]) == board
     # delete: the preview first; --json cannot ask; a person is asked and may say no

@@ -27,6 +27,7 @@ from normfree.storage.models import (
     TrialRow,
     utcnow,
 )
+from normfree.storage.records import CandidateRecord
 
 
 @functools.cache
@@ -185,7 +186,7 @@ class CandidateRepository(RepositoryBase):
                 aggregates.bump(s, f"candidate:{name}")
             return res.rowcount == 1
 
-    def get_candidate(self, name: str) -> dict[str, Any] | None:
+    def get_candidate(self, name: str) -> CandidateRecord | None:
         """The candidate named ``name`` as a dict (keys as the table's columns), or None.
 
         A Core read of a prebuilt statement: every submission asks it, and an ORM session

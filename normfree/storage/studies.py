@@ -29,6 +29,7 @@ from normfree.storage.models import (
     TrialRow,
     utcnow,
 )
+from normfree.storage.records import StudyProgress, StudyRecord
 
 # A study may be deleted only in these statuses, with no trial still running: nothing drives it.
 DELETABLE_STUDY_STATUSES = ("cancelled", "complete", "failed")
@@ -310,7 +311,7 @@ class StudyRepository(RepositoryBase):
             row.updated_at = utcnow()
             return note
 
-    def get_study(self, study_id: int) -> dict[str, Any] | None:
+    def get_study(self, study_id: int) -> StudyRecord | None:
         """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""
         with self.db.session(readonly=True) as s:
             row = s.get(StudyRow, study_id)
@@ -323,7 +324,7 @@ class StudyRepository(RepositoryBase):
 
     def list_studies(
         self, *, status: str | None = None, archived: bool | None = None, tag: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[StudyRecord]:
         """Studies, newest first, optionally of one status, with a tag. ``archived``: None
         lists every study (what the engine's own scans need), False only those not archived,
         True archived ones too (the API's ``?archived=true``)."""
@@ -352,7 +353,7 @@ class StudyRepository(RepositoryBase):
             if res.rowcount == 0:
                 raise KeyError(f"no study {study_id}")
 
-    def study_progress(self, study_id: int) -> dict[str, Any]:
+    def study_progress(self, study_id: int) -> StudyProgress:
         """Counts per trial status plus totals and the best finished trial.
 
         Keys: ``study_id``, ``status`` (the study's), ``counts`` (every trial status, zeros

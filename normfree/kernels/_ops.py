@@ -33,6 +33,7 @@ from normfree.kernels import _native, _torch_ops
 from normfree.kernels._cache import cache_key, load_generated
 from normfree.kernels._codegen import c_source, torch_source, triton_source
 from normfree.kernels._options import KernelOptions, default_options
+from normfree.kernels._torch_ops import NormParams
 
 Backend = Literal["auto", "triton", "native", "torch", "compile"]
 BACKENDS = ("auto", "triton", "native", "torch", "compile")
@@ -237,9 +238,9 @@ class PointwiseNormFunction(torch.autograd.Function):
         if backend == "triton":
             from normfree.kernels import _triton_ops  # imports triton: only when used (below)
 
-            y = _triton_ops.forward(op.triton_module, x, alpha, s, gamma, beta)
+            y = _triton_ops.forward(op.triton_module, x, NormParams(alpha, s, gamma, beta))
         elif backend == "native" and _native_usable(op, x):
-            y = _native.forward(op.native_kernels, x, alpha, s, gamma, beta)
+            y = _native.forward(op.native_kernels, x, NormParams(alpha, s, gamma, beta))
         elif backend == "compile" and _compile_error is None:
             try:
                 y = op.compiled("forward")(x, alpha, s, gamma, beta)
@@ -257,15 +258,17 @@ class PointwiseNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        x, alpha, s, gamma, beta = ctx.saved_tensors
+        x, *params = ctx.saved_tensors
+        p = NormParams(*params)
+        alpha, s, gamma, beta = p
         op: CompiledOperator = ctx.op
-        per_channel = s is not None and s.dim() == 1
+        per_channel = p.s_per_channel
         if ctx.backend == "triton":
             from normfree.kernels import _triton_ops
 
-            grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
+            grads = _triton_ops.backward(op.triton_module, dy, x, p)
         elif ctx.backend == "native" and not torch.is_grad_enabled():
-            grads = _native.backward(op.native_kernels, dy, x, alpha, s, gamma, per_channel)
+            grads = _native.backward(op.native_kernels, dy, x, p)
         elif ctx.backend == "compile":
             d = x.shape[-1]
             x2, dy2 = x.reshape(-1, d), dy.reshape(-1, d)
@@ -273,9 +276,7 @@ class PointwiseNormFunction(torch.autograd.Function):
             dx, *rest = _torch_ops.finish_fused(parts, dy2, s, per_channel)
             grads = (dx.view(x.shape), *rest)
         else:
-            grads = _torch_ops.backward_eager(
-                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel
-            )
+            grads = _torch_ops.backward_eager(op.torch_module.f_and_df, dy, x, p)
         dx, d_alpha, d_s, d_gamma, d_beta = grads
         need = ctx.needs_input_grad
         return (

@@ -14,12 +14,28 @@ is decided in :mod:`normfree.kernels._ops` from the benchmark (bench/bench_kerne
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 Fn = Callable[[Tensor], Tensor]
 FnDf = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+class NormParams(NamedTuple):
+    """The operator's parameters besides x, in y = gamma * f(alpha * x + s) + beta: alpha 0-d,
+    s 0-d, ``[D]`` or None, gamma and beta ``[D]`` or None (together). One record for every
+    backend's launcher, so what a backend receives, and how it reads s's shape, is said once."""
+
+    alpha: Tensor
+    s: Tensor | None
+    gamma: Tensor | None
+    beta: Tensor | None
+
+    @property
+    def s_per_channel(self) -> bool:
+        return self.s is not None and self.s.dim() == 1
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -85,13 +101,7 @@ def _owned(t: Tensor, *others: Tensor) -> bool:
 
 
 def backward_eager(
-    f_and_df: FnDf,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    s_per_channel: bool,
+    f_and_df: FnDf, dy: Tensor, x: Tensor, p: NormParams
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
     """The eager backward with as few full-size buffers and passes as ATen allows.
 
@@ -101,6 +111,7 @@ def backward_eager(
     need g, so a step allocates u, f, f' and nothing else of size M x D: fewer page faults and
     less traffic, which is most of an eager step on CPU (bench/bench_kernels_cpu.py).
     """
+    alpha, s, gamma, s_per_channel = p.alpha, p.s, p.gamma, p.s_per_channel
     if torch.is_grad_enabled():  # double backward: keep the graph-safe out-of-place version
         dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
         return dx, *backward_reduce(dy, x, g, h, s, s_per_channel)

@@ -67,18 +67,14 @@ def shifted(x: Tensor, alpha: Tensor, s: Tensor | None) -> Tensor:
 
 
 def backward_pointwise(
-    f_and_df: FnDf,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
+    f_and_df: FnDf, dy: Tensor, x: Tensor, p: NormParams
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The elementwise half of the backward: (dx, g = dL/du, h = dy * f(u) or None).
 
     f and f' are recomputed from x; the out-of-place reference form of the eager backward
     (used when the backward itself is differentiated, where in-place reuse is not allowed).
     """
+    alpha, s, gamma, _ = p
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
     fu, dfu = f_and_df(shifted(x, alpha, s))
@@ -113,7 +109,7 @@ def backward_eager(
     """
     alpha, s, gamma, s_per_channel = p.alpha, p.s, p.gamma, p.s_per_channel
     if torch.is_grad_enabled():  # double backward: keep the graph-safe out-of-place version
-        dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
+        dx, g, h = backward_pointwise(f_and_df, dy, x, p)
         return dx, *backward_reduce(dy, x, g, h, s, s_per_channel)
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
@@ -154,7 +150,7 @@ def backward_fused(
     g and walks it again), which measured ~15% slower for the whole backward than this split
     (bench/bench_kernels_cpu.py; the blocked variant it replaces: dx and [M/64, D] partials).
     """
-    dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
+    dx, g, h = backward_pointwise(f_and_df, dy, x, NormParams(alpha, s, gamma, None))
     g_out = g if s is not None and s_per_channel else g.sum(-1)
     return dx, (g * x.to(g.dtype)).sum(-1), g_out, h
 

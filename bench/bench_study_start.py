@@ -14,7 +14,9 @@ taken just before the command started:
 - ``first_start_s``: the first trial is leased and handed to Ray (its ``started_at``);
 - ``first_done_s``: the first trial has finished (includes the Ray worker's own start-up and
   imports, and the training);
-- ``wall_s``: the command's whole run, and ``cluster``: what its driver did (``started`` its
+- ``wall_s``: the command's whole run; ``cpu_s``: its CPU time (user + system, with the Ray
+  processes it started and reaped: on a busy machine the wall figures count other processes'
+  turns on the cores, the CPU time does not); ``cluster``: what its driver did (``started`` its
   own Ray or ``joined <address>``).
 
 Cold runs set ``NORMFREE_SHARE_LOCAL_CLUSTER=false`` (so a server running elsewhere on the host
@@ -34,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import sqlite3
@@ -75,6 +78,7 @@ def _stamp(text: str | None) -> float | None:
 def run_study(db: Path, **env: str) -> dict[str, Any]:
     """One study command, timed from just before it starts, from the rows it wrote."""
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "normfree", *COMMAND, "--db", f"sqlite:///{db}"],
@@ -85,6 +89,8 @@ def run_study(db: Path, **env: str) -> dict[str, Any]:
         cwd=db.parent,
     )
     wall = time.time() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise RuntimeError(f"the study command failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout)
@@ -106,6 +112,7 @@ def run_study(db: Path, **env: str) -> dict[str, Any]:
         "first_start_s": since(start),
         "first_done_s": since(done),
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
         "cluster": out["run"].get("cluster"),
         "status": out["run"]["status"],
         "load_avg_1m": round(load, 2),

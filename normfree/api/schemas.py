@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from normfree.specs import StudyKind
+from normfree.specs import StudyKindName
 
 # Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
@@ -228,7 +228,7 @@ class LeaderboardPublic(_Out):
 class StudyCreate(_In):
     """A study, with the same options as ``normfree study property|options|search``."""
 
-    kind: StudyKind = Field(
+    kind: StudyKindName = Field(
         description="property: functions x transform values x seeds; options: functions x "
         "option values x seeds; search: a sampler picks among functions, with pruning; "
         "generate: new functions evolved from the expression grammar (params: generations, "
@@ -384,6 +384,14 @@ class StudyCell(_Out):
     )
 
 
+class ArmList(_Out):
+    """A study's arms (``GET /api/studies/{id}/arms``): its cells, in the study's order."""
+
+    study_id: int
+    count: int
+    items: list[StudyCell]
+
+
 class TrialSummary(_Out):
     id: int
     candidate: str
@@ -410,7 +418,16 @@ class StudyDetail(StudyPublic):
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
     cells: list[StudyCell] = Field(default_factory=list)
-    trials: list[TrialSummary] = Field(default_factory=list)
+    trials: list[TrialSummary] = Field(
+        default_factory=list,
+        description="One page of the study's trials in id order (``trials_limit``, 100 by "
+        "default); none with ``trials=false``.",
+    )
+    trials_next_cursor: str | None = Field(
+        default=None,
+        description="The next page of trials: pass it back as ``trials_cursor`` (or as "
+        "``cursor`` to /api/studies/{id}/trials); null on the last page.",
+    )
     generate: dict[str, Any] | None = Field(
         default=None,
         description="generate studies: proposals per generation and why they were rejected, "

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -20,6 +19,7 @@ from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
+from normfree.workers.progress import arm_of
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -224,27 +224,20 @@ def _cells(
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
     from normfree.api.services.leaderboards import public_failure
     from normfree.storage import failures, stats
-    from normfree.storage.leaderboard import arm_text, identity
 
     transform = spec.get("transform")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms;
         # the best arm of the study's progress groups the same way
-        groups[progress.arm_of(t, transform)].append(t)
+        _function, label, baseline, _value, _options = arm_of(t, transform)
+        groups[(label, baseline)].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
-        ax = dict(ts[0].get("axis_values") or {})
-        ax.pop("seed", None)
-        function = identity(str(ax.pop("function", ts[0]["candidate"])))
-        baseline = bool(ax.pop("baseline", False))
-        value = ax.pop(transform, None) if transform else None
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
+        function, label, baseline, value, ax = arm_of(ts[0], transform)
         summ = stats.summarize(_values_by_seed(ts))
-        label = arm_text(function, value, ax)
         cells.append(
             S.StudyCell(
                 function=function,

@@ -596,15 +596,20 @@ def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None
 @json_option
 def study_list(database_url: str | None, as_json: bool) -> None:
     """All studies, newest first."""
+    from normfree.workers import progress
+
     store = open_store(settings_for(database_url))
-    rows = store.repo.list_studies()
-    for r in rows:
-        r["progress"] = store.repo.study_progress(r["id"])["counts"]
+    rows = []
+    for r in store.repo.list_studies():
+        snap = progress.snapshot(store.db, r["id"])
+        if snap is not None:  # deleted since the list was read
+            # the state shown beside the counts, from the same snapshot (workers.progress)
+            rows.append({**r, "state": snap.progress().state, "progress": snap.counts})
 
     def human(items: list[dict[str, Any]]) -> None:
         for r in items:
             click.echo(
-                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t{counts_line(r['progress'])}"
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['state']}\t{counts_line(r['progress'])}"
             )
 
     emit(rows, as_json, human)

@@ -33,11 +33,12 @@ def _progress(
     snap: progress.Snapshot | None = None,
     best: progress.BestArm | None = None,
 ) -> S.StudyProgress:
-    """A study's public progress (``workers.progress``); ``snap`` when already read."""
+    """A study's public progress (``workers.progress``); ``snap`` when already read. A study
+    deleted meanwhile has none (empty counts): a caller walking a list never fails on it."""
     if snap is None:
         snap = progress.snapshot(repo.db, study_id)
         if snap is None:
-            raise not_found("study", study_id)
+            return S.StudyProgress()
     return public_progress(snap.progress(best))
 
 

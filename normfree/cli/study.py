@@ -22,6 +22,7 @@ from normfree.cli._studies import (
     counts_line,
     db_option,
     exit_if_failed,
+    join_early,
     open_store,
     run_driver,
     settings_for,
@@ -73,10 +74,13 @@ def _create_and_maybe_run(
     from normfree.workers.driver import create_study
 
     settings = settings_for(database_url)
+    early = None if detach else join_early(settings)  # a running server's cluster, meanwhile
     try:
         # validated whole as REST validates it (workers.validation), then params and cost
         study_id = create_study(spec, settings=settings, request=True)
     except (ValueError, KeyError, ArithmeticError) as exc:
+        if early is not None:
+            early.discard()
         fail(str(exc), as_json)
     est = estimate(spec, settings)
     store = open_store(settings)
@@ -93,7 +97,8 @@ def _create_and_maybe_run(
                 f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
                 f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
             )
-        out["run"] = run_driver(study_id, settings, as_json, parallel)
+        executor = early.executor() if early is not None else None
+        out["run"] = run_driver(study_id, settings, as_json, parallel, executor)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
         out.update(_kind_report(spec.kind, store, study_id))
 

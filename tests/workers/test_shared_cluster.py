@@ -85,6 +85,16 @@ def test_study_command_joins_the_advertised_cluster(tmp_path: Path) -> None:
         assert _core(holder.pid) == core, "the joined cluster lost its GCS or raylet"
         again = localray.running()
         assert again is not None and again.address == address
+        # a refused study (joined meanwhile, on a thread) says why and leaves the cluster up
+        bad = subprocess.run(
+            [sys.executable, "-m", "normfree", "study", "property", "--transform", "shift_h",
+             "--functions", "tahn", "--values", "0", "--proxy", "vit-tiny", "--seeds", "1",
+             "--baselines", "", "--json", "--db", db],
+            capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path,
+        )  # fmt: skip
+        assert bad.returncode == 2, bad.stderr[-3000:]
+        assert "tanh" in json.loads(bad.stdout)["error"]
+        assert _core(holder.pid) == core and localray.running() is not None
         assert time.monotonic() - t0 < 300
         # off: the command starts its own (not run here: covered by every other CLI test)
         off = Settings(share_local_cluster=False)

@@ -316,6 +316,7 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
             assert boxes.count() == 7
             boxes.nth(0).check()
             boxes.nth(1).check()
+            page.screenshot(path=str(shots / "study_compare_block.png"), full_page=True)
             page.click("#compare-button")
             page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
             legend = page.locator("#compare-figure .legendtext").all_text_contents()
@@ -338,6 +339,7 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
             page.click("#compare-trials-button")
             page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
             assert page.locator("#compare-figure .legendtext").count() == 3
+            assert page.input_value("#compare-trials") == f"{a},{b},{c}"  # to edit the choice
             page.screenshot(path=str(shots / "compare_trials.png"), full_page=True)
 
             # The search view: history, importance, pruning timeline; its link to /compare.

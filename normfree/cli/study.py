@@ -592,6 +592,10 @@ def _steer(
     from normfree.workers import lifecycle
 
     store = open_store(settings_for(database_url))
+    row = store.repo.get_study(study_id)
+    if row is not None and row.get("archived_at") is not None:  # as the API refuses it (409)
+        fail(f"study {study_id} is archived: `normfree study archive {study_id} --restore` "
+             "first", as_json, code=1)  # fmt: skip
     try:
         done = lifecycle.steer(store.repo, study_id, action, restart=restart)
     except KeyError:
@@ -647,15 +651,17 @@ def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None
 
 
 @study.command("list")
+@click.option("--tag", default=None, help="Only studies with this tag.")
+@click.option("--archived", is_flag=True, help="Archived studies too.")
 @db_option
 @json_option
-def study_list(database_url: str | None, as_json: bool) -> None:
-    """All studies, newest first."""
+def study_list(tag: str | None, archived: bool, database_url: str | None, as_json: bool) -> None:
+    """Studies, newest first (archived ones with --archived), with their tags and note."""
     from normfree.workers import progress
 
     store = open_store(settings_for(database_url))
     rows = []
-    for r in store.repo.list_studies():
+    for r in store.repo.list_studies(archived=archived, tag=tag):
         snap = progress.snapshot(store.db, r["id"])
         if snap is not None:  # deleted since the list was read
             # the state shown beside the counts, from the same snapshot (workers.progress)
@@ -663,8 +669,16 @@ def study_list(database_url: str | None, as_json: bool) -> None:
 
     def human(items: list[dict[str, Any]]) -> None:
         for r in items:
+            extra = "".join(
+                (
+                    "\tarchived" if r["archived_at"] else "",
+                    f"\t[{', '.join(r['tags'])}]" if r["tags"] else "",
+                    f"\t{r['note']}" if r["note"] else "",
+                )
+            )
             click.echo(
-                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['state']}\t{counts_line(r['progress'])}"
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['state']}\t"
+                f"{counts_line(r['progress'])}{extra}"
             )
 
     emit(rows, as_json, human)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -20,6 +19,7 @@ from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
+from normfree.workers.progress import arm_of
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -33,11 +33,12 @@ def _progress(
     snap: progress.Snapshot | None = None,
     best: progress.BestArm | None = None,
 ) -> S.StudyProgress:
-    """A study's public progress (``workers.progress``); ``snap`` when already read."""
+    """A study's public progress (``workers.progress``); ``snap`` when already read. A study
+    deleted meanwhile has none (empty counts): a caller walking a list never fails on it."""
     if snap is None:
         snap = progress.snapshot(repo.db, study_id)
         if snap is None:
-            raise not_found("study", study_id)
+            return S.StudyProgress()
     return public_progress(snap.progress(best))
 
 
@@ -228,24 +229,6 @@ def list_studies(
     return S.StudyList(count=len(items), items=items)
 
 
-def arm_of(
-    trial: Mapping[str, Any], transform: str | None
-) -> tuple[str, str, bool, float | None, dict[str, Any]]:
-    """(function, label, baseline, transform value, options) of the study arm a trial belongs
-    to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
-    from normfree.storage.leaderboard import arm_text, identity
-
-    stored = trial.get("axis_values")
-    ax = dict(stored) if isinstance(stored, Mapping) else {}  # unreadable: no axes, its name
-    ax.pop("seed", None)
-    function = identity(str(ax.pop("function", trial["candidate"])))
-    baseline = bool(ax.pop("baseline", False))
-    value = ax.pop(transform, None) if transform else None
-    if isinstance(value, float) and not math.isfinite(value):
-        value = None
-    return function, arm_text(function, value, ax), baseline, value, ax
-
-
 def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
@@ -258,7 +241,8 @@ def _cells(
     for t in trials:
         # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms;
         # the best arm of the study's progress groups the same way
-        groups[progress.arm_of(t, transform)].append(t)
+        _function, label, baseline, _value, _options = arm_of(t, transform)
+        groups[(label, baseline)].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []

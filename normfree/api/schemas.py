@@ -162,6 +162,29 @@ class LeaderboardRow(_Out):
     )
 
 
+class ReliabilityPublic(_Out):
+    """Split-seed rank reliability of the arms shown (``normfree.fidelity.reliability``): would
+    the order reproduce itself on fresh seeds? It bounds what the order can say about scale."""
+
+    reliability: float | None = Field(
+        description="Spearman between disjoint seed halves, Spearman-Brown corrected to `seeds`."
+    )
+    low: float | None = Field(default=None, description="95% bootstrap interval over arms.")
+    high: float | None = None
+    seeds: int = Field(description="The seed count the reliability refers to.")
+    arms: int = 0
+    split_correlation: float | None = None
+    single_seed: float | None = Field(default=None, description="The reliability of one seed.")
+    seeds_for_target: int | None = Field(
+        default=None,
+        description="Seeds that would bring the reliability to `target` (null: none would).",
+    )
+    target: float = 0.8
+    splits: int = 0
+    reason: str | None = Field(default=None, description="Why `reliability` is null.")
+    text: str = Field(description="The one-line caption every view prints.")
+
+
 class FidelitySummary(_Out):
     """How far a ranking predicts published at-scale results (the full report: /api/fidelity)."""
 
@@ -184,6 +207,9 @@ class FidelitySummary(_Out):
         "the headline says so and quotes no figure (the report still has them).",
     )
     calibration: str | None = Field(default=None, description="Where it was calibrated.")
+    reliability: ReliabilityPublic | None = Field(
+        default=None, description="Split-seed rank reliability of the compared trials' arms."
+    )
     url: str = Field(description="The fidelity page of this proxy or study.")
 
 
@@ -214,6 +240,9 @@ class LeaderboardPublic(_Out):
     )
     caveats: BoardCaveats | None = Field(
         default=None, description="Calibration, provisional ranking, arms ending near chance."
+    )
+    reliability: ReliabilityPublic | None = Field(
+        default=None, description="Split-seed rank reliability of the arms shown."
     )
     rows: list[LeaderboardRow]
     unreadable: list[str] = Field(
@@ -527,3 +556,8 @@ class FidelityReport(_Out):
     calibrated: bool = True
     calibration: str | None = None
     caveats: list[str] = Field(default_factory=list)
+    reliability: ReliabilityPublic | None = Field(
+        default=None,
+        description="Split-seed rank reliability of the trials compared (the preset's setting, "
+        "or the study), in the objective's direction: the ceiling of any agreement with scale.",
+    )

@@ -144,16 +144,22 @@ def leaderboard(
     caveats = board_caveats(
         proxy, [{**r, "label": arm_text(r["candidate"], options=row_options(r))} for r in rows]
     )
+    from normfree.fidelity.reliability import board_reliability
+
+    rel = board_reliability(rows)
+    reliability = {**rel.as_dict(), "text": rel.text()}
 
     def human(result: dict[str, Any]) -> None:
         print_leaderboard(result["rows"], wide=wide)
         if result["fidelity"]:
             where = f"--study {study_id}" if study_id else f"--proxy {proxy}"
             click.echo(f"{result['fidelity']['headline']}  (normfree fidelity {where})")
+        click.echo(result["reliability"]["text"])
         for note in result["caveats"]["notes"]:
             click.echo(f"caveat: {note}")
 
-    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}, as_json, human)
+    out = {"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}
+    emit({**out, "reliability": reliability}, as_json, human)
 
 
 def _check_choices(store: Any, proxy: str, metric: str | None, as_json: bool) -> None:

@@ -194,6 +194,8 @@ def print_report(rep: dict[str, Any]) -> None:
     if rep["not_compared"]:
         click.echo(f"\nnot compared (no trials): {'; '.join(rep['not_compared'])}")
     click.echo("\n" + headline(rep))
+    if rep.get("reliability"):
+        click.echo(rep["reliability"]["text"])
 
 
 @main.command("fidelity")

@@ -435,6 +435,9 @@ def rank(
                 "ci_high": summary.high,
                 "bound": summary.bound(arm_dir),
                 "seeds": seeds,
+                # the per-seed values behind the mean: the board's rank reliability reads them
+                # (fidelity.reliability.board_reliability)
+                "seed_values": {x: arm.by_seed[x] for x in seeds},
                 "vs_layernorm": vs_ln,
                 "study_ids": list(arm.study_ids),
                 "unreadable": [*arm.unreadable, *(["properties"] if cprops is None else [])],

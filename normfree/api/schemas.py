@@ -270,7 +270,11 @@ class StudyCreate(_In):
     transform: str | None = Field(default=None, max_length=64, examples=["shift_h"])
     values: list[float] = Field(default_factory=list, max_length=32)
     options: dict[str, list[bool | int | float | str]] = Field(default_factory=dict, max_length=8)
-    norm_shift: Literal["none", "scalar", "channel"] = "none"
+    norm_shift: Literal["none", "scalar", "channel"] | None = Field(
+        default=None,
+        description="The operator's s (none, scalar, channel). Not given: scalar for an options "
+        "or search study of all 16 search candidates (the paper's search operator), else none.",
+    )
     baselines: list[str] = Field(default_factory=list, max_length=3)
     epochs: int | None = Field(default=None, ge=1, le=1000)
     sampler: Literal["grid", "tpe", "random"] = "grid"
@@ -380,6 +384,11 @@ class TrialSummary(_Out):
     attempt: int = 0
     axis_values: dict[str, Any] | None = Field(default_factory=dict)
     objective_value: float | None = None
+    reused_from: int | None = Field(
+        default=None,
+        description="The trial (of an earlier study) whose result this one carries: the same "
+        "trial key under the same trainer code, so it was not trained again.",
+    )
     unreadable: list[str] = Field(
         default_factory=list,
         description="Stored fields that could not be read (corrupt rows): shown as null.",
@@ -397,6 +406,11 @@ class TrialPage(_Out):
 class StudyDetail(StudyPublic):
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
+    reused: int = Field(
+        default=0,
+        description="Trials answered by an earlier study's run of the same trial key and "
+        "trainer code (never trained here; each names its source in reused_from).",
+    )
     cells: list[StudyCell] = Field(default_factory=list)
     trials: list[TrialSummary] = Field(default_factory=list)
     generate: dict[str, Any] | None = Field(
@@ -476,6 +490,13 @@ class TrialPublic(_Out):
     total_time_s: float | None = None
     worker: str | None = None
     error: str | None = None
+    code_version: str | None = Field(
+        default=None, description="The trainer's code version that produced the result."
+    )
+    reused_from: int | None = Field(
+        default=None,
+        description="The trial whose result this one carries (same key, same trainer code).",
+    )
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None

@@ -479,6 +479,8 @@ def _status_table(p: dict[str, Any]) -> Any:
         if v:
             t.add_row(k, str(v))
     t.add_row("finished", f"{p['finished']}/{p['total']} ({100 * p['fraction_finished']:.0f}%)")
+    if p.get("reused"):
+        t.add_row("reused", f"{p['reused']} (an earlier study's results, not trained again)")
     if p.get("best"):
         b = p["best"]
         t.add_row("best", f"{b['candidate']} seed {b['seed']}: {b['objective']} {b['value']:.4g}")

@@ -193,7 +193,11 @@ def record_finished(session: Any, trial_ids: Sequence[int]) -> None:
     t = TrialRow.__table__
     cols = [t.c[c] for c in _TRIAL_COLUMNS]
     rows = session.execute(
-        sa.select(*cols).where(t.c.id.in_(list(trial_ids)), t.c.status.in_(FINISHED))
+        sa.select(*cols).where(
+            t.c.id.in_(list(trial_ids)),
+            t.c.status.in_(FINISHED),
+            t.c.reused_from.is_(None),  # a copy of a run already folded (trials.reuse_finished)
+        )
     ).all()
     by_arm: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -242,6 +246,9 @@ def rebuild(connection: Any, *, proxy: str | None = None) -> int:
     a = ArmResultRow.__table__
     t = _trials_table()
     q = sa.select(*t.c).where(t.c.status.in_(FINISHED)).order_by(t.c.id)
+    if "reused_from" in {c["name"] for c in sa.inspect(connection).get_columns("trials")}:
+        # copies of runs (migration 0011 on) count once, as the run they copy
+        q = q.where(sa.column("reused_from").is_(None))
     delete = a.delete()
     if proxy is not None:
         q = q.where(t.c.proxy == proxy)

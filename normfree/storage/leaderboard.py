@@ -61,9 +61,13 @@ class Arm:
 
 def arm_text(function: str, value: Any = None, options: Mapping[str, Any] | None = None) -> str:
     """How an arm reads everywhere (leaderboards in the API and the CLI, a study's cells):
-    ``erf``, ``shift_h(erf, 0.5)``, ``erf @ 0.5`` (a property study's transform value) and
-    ``erf [alpha0=1, shift=scalar]`` (options that change the arm, sorted)."""
-    label = function
+    ``erf``, ``shift_h(erf, 0.5)``, ``erf @ 0.5`` (a property study's transform value),
+    ``erf + s`` (the operator with s, named as reference cells name it: ``specs.operator_label``)
+    and ``erf [alpha0=1]`` (other options that change the arm, sorted)."""
+    from normfree.specs import operator_label
+
+    options = dict(options or {})
+    label = operator_label(function, str(options.pop("shift", "none")))
     if value is not None:
         label += f" @ {value}"
     if options:
@@ -156,10 +160,16 @@ def _by_finish(t: Any) -> tuple[datetime, int]:
 
 
 def finished_trials(session: Any, proxy: str, study_id: int | None = None) -> list[Any]:
-    """The finished trials of ``proxy`` (of one study), ordered by finish time then id."""
+    """The finished trials of ``proxy`` (of one study), ordered by finish time then id.
+
+    A study's board counts the trials it reused (``trials.reused_from``: its results); a
+    proxy's board counts each run once, so it leaves the copies out, as the arm summaries do.
+    """
     q = sa.select(TrialRow).where(TrialRow.proxy == proxy, TrialRow.status.in_(FINISHED))
     if study_id is not None:
         q = q.where(TrialRow.study_id == study_id)
+    else:
+        q = q.where(TrialRow.reused_from.is_(None))
     return sorted(session.scalars(q), key=_by_finish)
 
 

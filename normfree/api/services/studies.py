@@ -348,16 +348,17 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
     pub = _study_public(state, row, counts)
     pub = pub.model_copy(update={"unreadable": [*pub.unreadable, *unreadable]})
     listed: list[S.TrialSummary] = []
-    if trials:
-        from normfree.storage import reads
+    from normfree.storage import reads
 
-        with state.db.read() as conn:
-            rows = finite(reads.study_trial_rows(conn, study_id))
-        listed = [_trial_summary(t) for t in rows]
+    with state.db.read() as conn:
+        reused = reads.study_reused(conn, study_id)
+        if trials:
+            listed = [_trial_summary(t) for t in finite(reads.study_trial_rows(conn, study_id))]
     return S.StudyDetail(
         **pub.model_dump(),
         objective=objective,
         direction=direction,  # type: ignore[arg-type]
+        reused=reused,
         **_kind_fields(row["kind"], generate),
         cells=cells,
         trials=listed,
@@ -382,6 +383,7 @@ def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
         attempt=t.get("attempt", 0),
         axis_values=axes,
         objective_value=t.get("value"),
+        reused_from=t.get("reused_from"),
         unreadable=unreadable,
     )
 

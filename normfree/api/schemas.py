@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from normfree.specs import StudyKind
+from normfree.specs import StudyKindName
 
 # Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
@@ -257,7 +257,7 @@ class LeaderboardPublic(_Out):
 class StudyCreate(_In):
     """A study, with the same options as ``normfree study property|options|search``."""
 
-    kind: StudyKind = Field(
+    kind: StudyKindName = Field(
         description="property: functions x transform values x seeds; options: functions x "
         "option values x seeds; search: a sampler picks among functions, with pruning; "
         "generate: new functions evolved from the expression grammar (params: generations, "

@@ -18,7 +18,7 @@ from normfree.api.schemas import (
     StudyPublic,
     TrialPage,
 )
-from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
+from normfree.specs import StudyKindName, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -83,7 +83,7 @@ def list_studies(
     state: StateDep,
     _reader: Reader,
     status: StudyStatus | None = None,
-    kind: StudyKind | None = None,
+    kind: StudyKindName | None = None,
 ) -> StudyList:
     """Studies, newest first, with their progress."""
     return services.list_studies(state, status=status, kind=kind)

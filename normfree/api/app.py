@@ -94,6 +94,7 @@ def create_app(
         leaderboards,
         pages,
         references,
+        screens,
         studies,
         trials,
     )
@@ -193,7 +194,8 @@ def create_app(
             headers={"Cache-Control": "public, max-age=86400"},
         )
 
-    for module in (health, candidates, studies, trials, leaderboards, references, fidelity):
+    routers = (health, candidates, studies, screens, trials, leaderboards, references, fidelity)
+    for module in routers:
         app.include_router(module.router, prefix="/api")
     app.include_router(pages.router)
     return app

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bench_read_scale import Client
 from figures import latency_figures, save
 from machine import describe
+from readload import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -1,11 +1,9 @@
 """Reads at scale: the API at 10k and 100k finished trials, on SQLite and PostgreSQL.
 
-Seeds finished trials through the real write path (``Repository.add_trials`` with the engine's
-grid planner, then ``lease_next`` + ``finish_trial`` per trial, as workers write them) with
-synthetic results marked ``worker="synthetic-bench"``: property studies of 1,026 trials each
-(10 catalog functions x 17 ``shift_h`` values + LayerNorm, 6 paired seeds; the same grid again
-and again, so the proxy's leaderboard keeps its 171 arms while trials grow, and later studies
-re-run earlier seeds: one value per seed, the latest). Then a real ``normfree serve
+Seeds finished trials through the real write path (``readload``: property studies of 1,026
+synthetic trials each, the same grid again and again, so the proxy's leaderboard keeps its 171
+arms while trials grow, and later studies re-run earlier seeds: one value per seed, the
+latest). Then a real ``normfree serve
 --no-run-studies`` on loopback is driven by ``--clients`` concurrent keep-alive clients per
 endpoint, each run bounded by a request count and a time cap:
 
@@ -34,12 +32,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import multiprocessing as mp
-import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -49,269 +44,26 @@ from typing import Any
 
 from figures import latency_figures, percentile, rounded
 from machine import describe
+from readload import (
+    GRID,
+    PROXY,
+    QUICK_GRID,
+    SEEDS,
+    SUBMISSIONS,
+    Client,
+    _copy_database,
+    _database,
+    _ids,
+    _plan,
+    _settle,
+    _study_size,
+    drive,
+    seed_to,
+    synthetic,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-
-PROXY = "vit-tiny"
-FUNCTIONS = [
-    "erf",
-    "tanh",
-    "arctan",
-    "isru",
-    "smoothsign",
-    "expsign",
-    "logsign",
-    "asinh",
-    "linearclip",
-    "power23clip",
-]
-VALUES = [round(-2 + 0.25 * i, 2) for i in range(17)]  # -2 .. 2
-# --quick: 2 functions x 3 values + LayerNorm (7 arms, 42 trials a study) to stay under 30 s.
-GRID = {"functions": FUNCTIONS, "values": VALUES}
-QUICK_GRID = {"functions": FUNCTIONS[:2], "values": [-1.0, 0.0, 1.0]}
-SEEDS = 6
-# Submissions whose prescreen the server knows after the warm-up.
-SUBMISSIONS = [
-    ("dup_tanh", "2*sigmoid(2*u)-1"),
-    ("dup_smoothsign", "u/(1+abs(u))"),
-    ("dup_isru", "u/sqrt(u**2+1)"),
-    ("bench_ratio2", "2*u/(2+abs(u))"),
-]
-
-
-# -- seeding --------------------------------------------------------------------------------------
-
-
-def _spec(i: int) -> Any:
-    from normfree.specs import StudySpec
-
-    return StudySpec(
-        kind="property",
-        name=f"bench study {i} (synthetic results)",
-        proxy=PROXY,
-        seeds=SEEDS,
-        functions=GRID["functions"],
-        transform="shift_h",
-        values=GRID["values"],
-        baselines=["layernorm"],
-        epochs=1,
-    )
-
-
-def synthetic(config: Any, rng: random.Random) -> Any:
-    """A small result marked synthetic: 3 epochs of curves, one epoch of per-layer diagnostics."""
-    from normfree.specs import LayerDiagnostic, TrialResult
-    from normfree.testing.seeding import LAYERS, synthetic_curves
-
-    name = config.norm.name
-    shift = 0.0
-    if "(" in name:
-        shift = float(name.rsplit(",", 1)[1].rstrip(")"))
-    acc = 0.8 - 0.05 * abs(shift) + 0.01 * config.seed + rng.gauss(0, 0.01)
-    curves = synthetic_curves(acc)
-    diags = [
-        LayerDiagnostic(epoch=2, layer=layer, alpha=0.5 + 0.1 * i, input_std=1.0)
-        for i, layer in enumerate(LAYERS)
-    ]
-    if rng.random() < 0.03:
-        return TrialResult(
-            status="diverged",
-            objective="val_acc",
-            curves=curves[:1],
-            diverged_at_step=5,
-            worker="synthetic-bench",
-        )
-    return TrialResult(
-        status="complete",
-        objective="val_acc",
-        direction="maximize",
-        metrics={"val_acc": acc, "val_loss": 1.5 - acc},
-        curves=curves,
-        diagnostics=diags,
-        train_time_s=1.0,
-        total_time_s=1.1,
-        worker="synthetic-bench",
-    )
-
-
-def _study_size() -> int:
-    return (len(GRID["functions"]) * len(GRID["values"]) + 1) * SEEDS
-
-
-def _plan(repo: Any, i: int) -> int:
-    from normfree.workers.scheduling import plan_grid
-
-    spec = _spec(i)
-    sid = repo.create_study(spec)
-    repo.add_trials(sid, [(p.config, p.axis_values) for p in plan_grid(spec)])
-    repo.set_study_status(sid, "running")
-    return sid
-
-
-def _finish_study(url: str, sid: int, seed: int) -> int:
-    """One writer: lease and finish every waiting trial of the study (a worker's writes)."""
-    from normfree.storage import Database, Repository
-
-    db = Database(url)
-    repo = Repository(db, max_attempts=3)
-    rng = random.Random(seed)
-    n = 0
-    owner = f"bench-{os.getpid()}"
-    try:
-        while (lease := repo.lease_next(sid, owner, 600.0)) is not None:
-            assert repo.finish_trial(lease.id, owner, lease.attempt, synthetic(lease.config, rng))
-            n += 1
-        repo.set_study_status(sid, "complete")
-    finally:
-        db.dispose()
-    return n
-
-
-def seed_to(url: str, target: int, writers: int) -> dict[str, Any]:
-    """Add studies until ``target`` trials are finished; returns counts and the time taken."""
-    from sqlalchemy import func, select
-
-    from normfree.storage import Database, Repository
-    from normfree.storage.models import StudyRow, TrialRow
-
-    db = Database(url)
-    db.migrate()
-    repo = Repository(db, max_attempts=3)
-    with db.session(readonly=True) as s:
-        have = int(s.scalar(select(func.count()).select_from(TrialRow)) or 0)
-        studies = int(s.scalar(select(func.count()).select_from(StudyRow)) or 0)
-    t0 = time.perf_counter()
-    written = 0
-    ctx = mp.get_context("spawn")
-    pool = ctx.Pool(writers) if writers > 1 else None
-    try:
-        while have + written < target:
-            batch = []
-            for _ in range(writers):
-                if have + written + len(batch) * _study_size() >= target:
-                    break
-                batch.append(_plan(repo, studies))
-                studies += 1
-            if not batch:
-                batch.append(_plan(repo, studies))
-                studies += 1
-            jobs = [(url, sid, sid) for sid in batch]
-            if pool is None:  # one writer: in this process (no start-up cost)
-                written += sum(_finish_study(*job) for job in jobs)
-            else:
-                written += sum(pool.starmap(_finish_study, jobs))
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
-    db.dispose()
-    dt = time.perf_counter() - t0
-    return {
-        "trials": have + written,
-        "studies": studies,
-        "seed_s": round(dt, 1),
-        "writes_per_s": round(written / dt, 1) if dt and written else None,
-    }
-
-
-# -- load -----------------------------------------------------------------------------------------
-
-
-class Client:
-    """One keep-alive HTTP/1.1 connection (minimal and cheap: the server's time is measured)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def request(
-        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
-    ) -> tuple[int, int]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        # as a browser does: the server keeps a gzipped copy of each cached body
-        lines = [
-            f"{method} {path} HTTP/1.1",
-            f"Host: {self.host}:{self.port}",
-            "Accept-Encoding: gzip",
-        ]
-        for k, v in (headers or {}).items():
-            lines.append(f"{k}: {v}")
-        if body:
-            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        assert self.reader is not None
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        await self.reader.readexactly(length)
-        return status, length
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(OSError):
-                await self.writer.wait_closed()
-
-
-async def drive(
-    host: str,
-    port: int,
-    make: Any,
-    n: int,
-    clients: int,
-    max_s: float,
-    headers: dict[str, str] | None = None,
-) -> dict:
-    """``clients`` connections share ``n`` requests (``make(i)`` -> (method, path, body, ok))."""
-    lat: list[float] = []
-    errors = 0
-    samples: list[str] = []
-    counter = iter(range(n))
-    deadline = time.perf_counter() + max_s
-
-    async def worker() -> None:
-        nonlocal errors
-        c = Client(host, port)
-        try:
-            for i in counter:
-                if time.perf_counter() > deadline:
-                    return
-                method, path, body, ok = make(i)
-                t0 = time.perf_counter()
-                try:
-                    status, _n = await asyncio.wait_for(c.request(method, path, body, headers), 60)
-                    good = status in ok
-                    if not good and len(samples) < 3:
-                        samples.append(f"{method} {path} -> {status}")
-                except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-                    good = False
-                    if len(samples) < 3:
-                        samples.append(f"{method} {path}: {type(exc).__name__}")
-                    await c.close()
-                    c = Client(host, port)
-                dt = (time.perf_counter() - t0) * 1000
-                if good:
-                    lat.append(dt)
-                else:
-                    errors += 1
-        finally:
-            await c.close()
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    wall = time.perf_counter() - t0
-    out = latency_figures(lat, errors, wall)
-    out["hit_time_cap"] = time.perf_counter() > deadline
-    if samples:
-        out["error_samples"] = samples
-    return out
 
 
 def endpoints(info: dict[str, Any], token: str) -> dict[str, Any]:
@@ -524,75 +276,6 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
 
         out["write_under_readers"] = write_latency(url, probe_sid, args.writes, readers)
     return out
-
-
-def _database(backend: str, tmp: str) -> tuple[str, Any]:
-    if backend == "sqlite":
-        return f"sqlite:///{Path(tmp) / 'normfree.db'}", None
-    from sqlalchemy.engine import make_url
-
-    from normfree.settings import get_settings
-    from normfree.storage import drop_database, ensure_database, normalize_url
-
-    name = f"normfree_bench_{uuid.uuid4().hex[:8]}"
-    server = make_url(normalize_url(get_settings().test_postgres_url))
-    url = server.set(database=name).render_as_string(hide_password=False)
-    ensure_database(url)
-    return url, lambda: drop_database(url)
-
-
-def _settle(url: str) -> None:
-    """PostgreSQL: VACUUM ANALYZE the freshly seeded (or copied) database, as autovacuum long
-    since has in a database in service. Else autovacuum runs during the timed reads, and each
-    of its transactions moves the server's snapshot, which closes the fast lane
-    (``api.fastlane``)."""
-    if not url.startswith("postgresql"):
-        return
-    from sqlalchemy import create_engine
-
-    from normfree.storage import normalize_url
-
-    engine = create_engine(normalize_url(url), isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.exec_driver_sql("VACUUM ANALYZE")
-    engine.dispose()
-
-
-def _copy_database(source: str, target: str, tmp: str, n: int) -> str:
-    """A copy of the seeded database ``source`` to measure on (the source stays as it is):
-    SQLite, a file copy in ``tmp``; PostgreSQL, the run's database ``target`` recreated from
-    ``source`` as its template."""
-    if not source.startswith("postgresql"):
-        copy = Path(tmp) / f"seeded-{n}.db"
-        shutil.copyfile(source.removeprefix("sqlite:///"), copy)
-        return f"sqlite:///{copy}"
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-
-    from normfree.storage import drop_database, normalize_url
-
-    drop_database(target)
-    server = make_url(normalize_url(target)).set(database="postgres")
-    engine = create_engine(server, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        name, src = make_url(target).database, make_url(normalize_url(source)).database
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{src}"')
-    engine.dispose()
-    return target
-
-
-def _ids(url: str) -> dict[str, Any]:
-    from sqlalchemy import func, select
-
-    from normfree.storage import Database
-    from normfree.storage.models import StudyRow, TrialRow
-
-    db = Database(url)
-    with db.session(readonly=True) as s:
-        studies = [i for (i,) in s.execute(select(StudyRow.id).order_by(StudyRow.id))]
-        lo, hi = s.execute(select(func.min(TrialRow.id), func.max(TrialRow.id))).one()
-    db.dispose()
-    return {"study_ids": studies, "trial_range": (int(lo), int(hi))}
 
 
 def main() -> None:

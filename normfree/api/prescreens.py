@@ -32,6 +32,15 @@ _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="normfree-presc
 _LOCK = threading.Lock()
 # fingerprint -> (the running job, names of stored candidates to write its result on)
 _PENDING: dict[str, tuple[Future[Any], set[str]]] = {}
+# Moves whenever a prescreen starts or ends here: a candidate's cached answer shows this
+# process's pending and finished prescreens, which no database write announces.
+_EPOCH = [0]
+
+
+def epoch() -> tuple[int, int]:
+    """What this process's prescreens look like to a reader: a part of a candidate's cache key
+    (and the fast lane's local stamp)."""
+    return _EPOCH[0], services.prescreens_known()
 
 
 def pending(status: str = "pending") -> S.PrescreenPublic:
@@ -58,6 +67,7 @@ def request(state: services.ServiceState, cand: Any, store_as: str | None) -> S.
         names = {store_as} if store_as else set()
         future = _EXECUTOR.submit(_run, state, cand)
         _PENDING[cand.fingerprint] = (future, names)
+        _EPOCH[0] += 1
     return pending()
 
 
@@ -77,6 +87,7 @@ def _run(state: services.ServiceState, cand: Any) -> S.PrescreenPublic:
     finally:
         with _LOCK:
             _future, later = _PENDING.pop(cand.fingerprint, (None, set()))
+            _EPOCH[0] += 1
     for name in sorted(later - names):  # added while the first ones were stored
         _store(state, name, out)
     return out

@@ -8,6 +8,7 @@ ordinary service functions; this module only decides what may be reused:
   candidates' version (groups and properties are shown), the database's identity, and how many
   function analyses this process has done (``api.enrich``);
 - the candidate list: the candidates' version;
+- one candidate: :func:`candidate_key`;
 - the reference-set list: the references' version (``storage.references.READ_SCOPE``);
 - a study's summary and page: ``services.study_key`` (status, update time, per-status counts);
 - a trial: its status and ``updated_at`` (every write to it moves the pair).
@@ -109,6 +110,18 @@ def candidates_key(state: services.ServiceState, *params: Any) -> Key:
         return (("candidates", params), _versions(conn, "candidates"))
 
 
+def candidate_key(state: services.ServiceState, name: str) -> Key:
+    """One candidate's answer (``GET /api/candidates/{name}`` and its page): the candidates'
+    version (the row, duplicates), its own (its stored prescreen), every proxy's board (its
+    results), the function analyses done and this process's prescreens."""
+    from normfree.api import prescreens
+
+    with state.db.read() as conn:
+        found = reads.versions_with_proxies(conn, ["candidates", f"candidate:{name}", "database"])
+    versions = tuple(sorted(found.items()))
+    return (("candidate", name), (versions, services.ENRICHER.epoch, prescreens.epoch()))
+
+
 def references_key(state: services.ServiceState) -> Key:
     """The reference-set list's key: the version every stored or deleted set moves (read after
     this process's first check of the built-in set, which may store it: a bump)."""
@@ -189,6 +202,16 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
     return (("study", study_id), (stamp, active, versions))
+
+
+def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:
+    """``services.get_study(trials=False)``, built once per study key (``key`` or one derived
+    from it): the summary, a page with trials and the study page share one build."""
+    study = (("study", study_id), key[1])
+    return state.cache.get_or_build(
+        derived("study-model", study),
+        lambda: services.get_study(state, study_id, trials=False),
+    )
 
 
 def driven(key: Key) -> bool:

@@ -311,7 +311,27 @@ class StudyCreate(_In):
         return v
 
 
+class BestArm(_Out):
+    """The leading arm so far: the best mean over its completed seeds."""
+
+    label: str
+    function: str
+    mean: float
+    n: int = Field(description="Completed seeds behind the mean.")
+    objective: str | None = None
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
 class StudyProgress(_Out):
+    """Counts per trial status and what follows from them (``workers.progress``: the one
+    place the API, the study page and ``normfree study status`` take them from)."""
+
+    state: str = Field(
+        default="pending",
+        description="The state to show beside these counts: the study's status, except that a "
+        "pending or running study with nothing left to run shows the outcome its driver writes "
+        "next (complete, or failed when nothing trained). Read with the counts in one snapshot.",
+    )
     total: int = 0
     waiting: int = 0
     running: int = 0
@@ -322,6 +342,33 @@ class StudyProgress(_Out):
     cancelled: int = 0
     finished: int = 0
     fraction: float = 0.0
+    throughput_per_min: float | None = Field(
+        default=None,
+        description="Trials finished per minute over the 10 minutes before the latest finish "
+        "(from the first trial's start in a younger study); null before any finished.",
+    )
+    window_trials: int = Field(default=0, description="Finished trials the throughput counts.")
+    last_finished_at: datetime | None = None
+    eta_s: float | None = Field(
+        default=None,
+        description="Seconds from last_finished_at to the end at that throughput (trials "
+        "planned so far); null unless the study is live and something has finished.",
+    )
+    eta_at: datetime | None = Field(
+        default=None,
+        description="When the study should end (last_finished_at + eta_s): an instant, so the "
+        "answer (and its ETag) changes only when a trial finishes; count down to it.",
+    )
+    best: BestArm | None = Field(
+        default=None,
+        description="The best arm so far (a single study's answer only; null in lists).",
+    )
+    reused: int = Field(
+        default=0,
+        description="Finished trials answered by an earlier study's run of the same trial key "
+        "and trainer code (never trained here; each names its source in reused_from); the "
+        "throughput leaves them out.",
+    )
 
 
 class StudyDeleted(_Out):
@@ -376,6 +423,14 @@ class StudyCell(_Out):
     )
 
 
+class ArmList(_Out):
+    """A study's arms (``GET /api/studies/{id}/arms``): its cells, in the study's order."""
+
+    study_id: int
+    count: int
+    items: list[StudyCell]
+
+
 class TrialSummary(_Out):
     id: int
     candidate: str
@@ -406,13 +461,18 @@ class TrialPage(_Out):
 class StudyDetail(StudyPublic):
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
-    reused: int = Field(
-        default=0,
-        description="Trials answered by an earlier study's run of the same trial key and "
-        "trainer code (never trained here; each names its source in reused_from).",
-    )
+
     cells: list[StudyCell] = Field(default_factory=list)
-    trials: list[TrialSummary] = Field(default_factory=list)
+    trials: list[TrialSummary] = Field(
+        default_factory=list,
+        description="One page of the study's trials in id order (``trials_limit``, 100 by "
+        "default); none with ``trials=false``.",
+    )
+    trials_next_cursor: str | None = Field(
+        default=None,
+        description="The next page of trials: pass it back as ``trials_cursor`` (or as "
+        "``cursor`` to /api/studies/{id}/trials); null on the last page.",
+    )
     generate: dict[str, Any] | None = Field(
         default=None,
         description="generate studies: proposals per generation and why they were rejected, "

@@ -162,6 +162,8 @@ class CandidateRepository(RepositoryBase):
                 .where(CandidateRow.name == name)
                 .values(prescreen=_jsonable(dict(prescreen)))
             )
+            if res.rowcount == 1:  # the candidate's own read (its page and JSON) shows it
+                aggregates.bump(s, f"candidate:{name}")
             return res.rowcount == 1
 
     def get_candidate(self, name: str) -> dict[str, Any] | None:

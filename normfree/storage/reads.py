@@ -22,6 +22,7 @@ from normfree.storage import aggregates
 from normfree.storage._common import _trial_dict
 from normfree.storage.models import (
     ArmResultRow,
+    ReadVersionRow,
     StudyRow,
     TrialDiagnosticRow,
     TrialMetricRow,
@@ -230,6 +231,18 @@ def store_trial_document(conn: Any, trial_id: int) -> None:
 def versions(conn: Any, scopes: Iterable[str]) -> dict[str, int]:
     """The read versions of ``scopes`` (``storage.aggregates.read_versions``) in one query."""
     return aggregates.read_versions(conn, scopes)
+
+
+def versions_with_proxies(conn: Any, scopes: Iterable[str]) -> dict[str, int]:
+    """The read versions of ``scopes`` and of every proxy's leaderboard (``proxy:<name>``), in
+    one query: for a read that shows rows of every board (a candidate's results)."""
+    v = ReadVersionRow.__table__
+    wanted = sorted(set(scopes))
+    q = sa.select(v.c.scope, v.c.version).where(
+        sa.or_(v.c.scope.in_(wanted), v.c.scope.like("proxy:%"))
+    )
+    found = {str(s): int(n) for s, n in conn.execute(q)}
+    return {**{s: 0 for s in wanted}, **found}
 
 
 def arm_candidates(conn: Any) -> list[tuple[str, str]]:

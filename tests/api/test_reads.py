@@ -88,7 +88,7 @@ def test_cached_reads_follow_a_finishing_trial(
     summary = c.get(f"/api/studies/{sid}?trials=false").json()
     assert summary["progress"]["complete"] == 4 and summary["trials"] == []
     assert {cell["n"] for cell in summary["cells"]} == {2}
-    # the full detail agrees with the summary (cells) and lists every trial
+    # the detail agrees with the summary (cells) and lists its trials (one page: all 4)
     full = c.get(f"/api/studies/{sid}").json()
     assert full["cells"] == summary["cells"] and len(full["trials"]) == 4
     # storing a candidate changes the groups a leaderboard shows
@@ -127,6 +127,83 @@ def test_candidate_list_is_cached_until_a_candidate_is_stored(api: Api) -> None:
     )
     after = api.client.get("/api/candidates?source=user", headers={"If-None-Match": etag})
     assert after.status_code == 200 and after.json()["items"][0]["name"] == "squash3"
+
+
+@pytest.mark.postgres
+def test_a_candidate_is_cached_until_a_write_it_shows(
+    make_api: Callable[..., Api], database_url: str
+) -> None:
+    """``GET /api/candidates/{name}`` and its page are built once per version (issue 28: the
+    one read built on every request), and move with its results, its row and its prescreen."""
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="tanh")])
+    _finish(api.repo, sid, limit=2)  # erf's two seeds
+    c, cache = api.client, api.app.state.services.cache
+    urls = ["/api/candidates/tanh", "/candidates/tanh"]
+    first = {u: c.get(u, headers=HTML) for u in urls}
+    wait_for_analyses(api)  # a read may queue an analysis: its end moves every board's key
+    first = {u: c.get(u, headers=HTML) for u in urls}
+    assert all(r.status_code == 200 for r in first.values())
+    misses = cache.misses
+    for u, r in first.items():
+        again = c.get(u, headers=HTML)
+        assert again.status_code == 200 and again.headers["etag"] == r.headers["etag"], u
+        assert c.get(u, headers={"If-None-Match": r.headers["etag"]}).status_code == 304
+    assert cache.misses == misses  # answered from the cache: nothing built
+    n_before = sum(r["n_total"] for r in first[urls[0]].json()["results"])
+    _finish(api.repo, sid)  # tanh's trials finish: its results change
+    for u, r in first.items():
+        fresh = c.get(u, headers={**HTML, "If-None-Match": r.headers["etag"]})
+        assert fresh.status_code == 200, u
+    after = c.get(urls[0]).json()
+    assert sum(r["n_total"] for r in after["results"]) > n_before
+    # a stored candidate's prescreen written later (by the process that ran it) moves its read
+    c.post("/api/candidates", json={"name": "sq3", "formula": "u/(3+abs(u))"}, headers=api.auth)
+    mine = c.get("/api/candidates/sq3")
+    assert mine.status_code == 200
+    other = c.get(urls[0]).headers["etag"]
+    done = {"status": "done", "ok": True, "proxy": "vit-tiny", "seconds": 1.0}
+    assert api.repo.set_candidate_prescreen("sq3", done)
+    moved = c.get("/api/candidates/sq3", headers={"If-None-Match": mine.headers["etag"]})
+    assert moved.status_code == 200 and moved.json()["prescreen"]["status"] == "done"
+    # ... and only its own: another candidate's answer is still the cached one
+    assert c.get(urls[0], headers={"If-None-Match": other}).status_code == 304
+    # a formula's answer is built, never stored (distinct formulas would push the rest out)
+    entries = len(cache._entries)
+    assert c.get("/api/candidates/u*0.5+tanh(u)*0.25").status_code == 200
+    assert len(cache._entries) == entries
+
+
+@pytest.mark.postgres
+def test_a_study_is_paged_by_default(make_api: Callable[..., Api], database_url: str) -> None:
+    """``GET /api/studies/N`` as documented lists one page of trials, never all of them (issue
+    27: 1,030 embedded trials were 225 KB at 41 requests/s), cached until the study moves."""
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf")], seeds=130)
+    _finish(api.repo, sid, limit=5)
+    c = api.client
+    first = c.get(f"/api/studies/{sid}")
+    body = first.json()
+    assert len(body["trials"]) == 100 and body["trials_next_cursor"] == str(
+        body["trials"][-1]["id"]
+    )
+    assert body["progress"]["complete"] == 5
+    assert (
+        c.get(f"/api/studies/{sid}", headers={"If-None-Match": first.headers["etag"]}).status_code
+        == 304
+    )
+    rest = c.get(f"/api/studies/{sid}?trials_cursor={body['trials_next_cursor']}").json()
+    same = c.get(f"/api/studies/{sid}/trials?cursor={body['trials_next_cursor']}").json()
+    assert [t["id"] for t in rest["trials"]] == [t["id"] for t in same["items"]]
+    assert len(rest["trials"]) == 30 and rest["trials_next_cursor"] is None
+    small = c.get(f"/api/studies/{sid}?trials_limit=7").json()
+    assert [t["id"] for t in small["trials"]] == [t["id"] for t in body["trials"][:7]]
+    assert c.get(f"/api/studies/{sid}?trials=false").json()["trials"] == []
+    assert c.get(f"/api/studies/{sid}?trials_limit=1001").status_code == 422
+    assert c.get(f"/api/studies/{sid}?trials_cursor=x").status_code == 422
+    _finish(api.repo, sid, limit=1)  # a trial finishes: the page answers anew
+    moved = c.get(f"/api/studies/{sid}", headers={"If-None-Match": first.headers["etag"]})
+    assert moved.status_code == 200 and moved.json()["progress"]["complete"] == 6
 
 
 @pytest.mark.postgres

@@ -41,7 +41,7 @@ def test_a_screen_reuses_the_16_and_places_the_function_once_it_ran(api: Api) ->
     assert not one["found_existing"] and one["trials"] == 38
     assert one["reused"] == 36 and one["to_train"] == 2 and one["placement"] is None
     study = api.client.get(f"/api/studies/{one['study_id']}").json()
-    assert study["reused"] == 36
+    assert study["progress"]["reused"] == 36
     assert sum(1 for t in study["trials"] if t["reused_from"]) == 36
     _finish(api, one["study_id"])  # the function's two seeds
     again = api.client.post("/api/screens", json=body, headers=api.auth).json()["screens"][0]

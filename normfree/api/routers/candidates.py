@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, offload, prescreens, reads, security, services
+from normfree.api import cache, fastlane, offload, prescreens, reads, security, services
 from normfree.api.deps import (
     GroupQuery,
     PropertyQuery,
@@ -131,16 +131,24 @@ async def get_candidate(
     state: StateDep,
     _reader: Reader,
     name: Annotated[str, Path(max_length=300, description="Name or transform call.")],
-) -> CandidateDetail:
+) -> Response:
     """One candidate (a catalog name, a transform call like ``shift_h(erf, 0.5)``, or a stored
     user name) with f and f' on u in [-5, 5] and its leaderboard rows across proxies.
 
     Names that must be parsed are rate-limited per anonymous client (429, see api.security)
     and parsed in a worker process (api.offload: 422 past its time limit). A stored field that
-    cannot be read (a corrupt row) is empty and named in ``unreadable``."""
+    cannot be read (a corrupt row) is empty and named in ``unreadable``.
+
+    Cached per name until a write it shows (the candidates, its prescreen, any board) moves
+    (``reads.candidate_key``); sends an ETag."""
+    key = await reads.small_read(state, reads.candidate_key, state, name)
+    fast = cache.answer_from_cache(request, state.cache, key)
+    if fast is not None:  # a hit costs no thread hop, no parse and no rate-limit charge
+        fastlane.allow(request.scope)
+        return fast
     parsed = await parsed_name(request, state, name)
 
-    def answer() -> CandidateDetail:
+    def answer() -> cache.Cached:
         if parsed is None:
             cand, pub = services.get_candidate_object(state, name)
             plot = services.candidate_plot(cand)
@@ -149,14 +157,21 @@ async def get_candidate(
         unreadable = list(pub.unreadable)
         stored = state.repo.get_candidate(pub.name)
         prescreen = prescreens.status(state, stored, pub.fingerprint, unreadable)
-        return CandidateDetail(
-            **{**pub.model_dump(), "unreadable": unreadable},
-            plot=plot,
-            results=reads.candidate_results(state, pub.name, pub.fingerprint),
-            prescreen=prescreen,
+        return cache.json_body(
+            CandidateDetail(
+                **{**pub.model_dump(), "unreadable": unreadable},
+                plot=plot,
+                results=reads.candidate_results(state, pub.name, pub.fingerprint),
+                prescreen=prescreen,
+            )
         )
 
-    return await run_in_threadpool(answer)
+    # a known name's answer is kept; a formula's (hostile clients send thousands of distinct
+    # ones) is built and not stored, so it cannot push the shared entries out
+    known = parsed is None
+    return await run_in_threadpool(
+        cache.respond, request, state.cache, key, answer, store=known, replay=known
+    )
 
 
 @router.get("/{name}/results", response_model=list[dict], responses={404: {"model": ErrorBody}})

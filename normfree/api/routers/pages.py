@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, fidelity, links, plots, prescreens, reads, services
+from normfree.api import cache, fastlane, fidelity, links, plots, prescreens, reads, services
 from normfree.api.deps import (
     GroupQuery,
     IdPath,
@@ -221,6 +221,12 @@ async def page_candidate(
     A name that resolves to nothing (a stored arm whose candidate was renamed, or a catalog
     name since retired) still shows its stored results, with a notice saying so."""
     name = links.name_in_path(request, name)
+    found = await reads.small_read(state, reads.candidate_key, state, name)
+    key = reads.derived("page-candidate", found, str(request.base_url))
+    fast = cache.answer_from_cache(request, state.cache, key)
+    if fast is not None:  # cached like the API's answer (routers.candidates)
+        fastlane.allow(request.scope)
+        return fast
     # a name that must be parsed: the rate limit, then the parse in a worker (as the API's read)
     refused: ApiError | None = None
     parsed: Any = None
@@ -230,7 +236,14 @@ async def page_candidate(
         if exc.status_code not in (404, 422):
             raise
         refused = exc
-    return await run_in_threadpool(_candidate_page, request, state, name, parsed, refused)
+    known = parsed is None and refused is None
+
+    def build() -> cache.Cached:
+        return cache.html_body(_candidate_page(request, state, name, parsed, refused))
+
+    return await run_in_threadpool(
+        cache.respond, request, state.cache, key, build, store=known, replay=known
+    )
 
 
 def _candidate_page(
@@ -332,7 +345,7 @@ async def page_study(
     def build() -> cache.Cached:
         parts = PageParts("study")
         detail = parts.build(
-            "the study's cells", lambda: services.get_study(state, study_id, trials=False), None
+            "the study's cells", lambda: reads.study_summary(state, study_id, key), None
         )
         if detail is None:
             detail = services.study_without_cells(state, study_id)
@@ -347,7 +360,7 @@ async def page_study(
             )
         elif detail.progress.finished:
             parts.note("No plot: no trial of this study completed (why, per arm, is below).")
-        if figure is None and detail.status in LIVE_STATUSES:
+        if figure is None and detail.progress.state in LIVE_STATUSES:
             # an empty div the live view draws into as soon as a cell finishes
             figure = '<div id="study-figure"><p class="muted">No cell has finished yet.</p></div>'
         importance = None
@@ -360,7 +373,7 @@ async def page_study(
                 ),
                 None,
             )
-        live = detail.status in LIVE_STATUSES
+        live = detail.progress.state in LIVE_STATUSES
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
         study_fidelity = parts.build(
@@ -393,7 +406,7 @@ async def page_study_figure(
     """The study figure as plotly JSON, for the page's live refresh."""
 
     def build() -> cache.Cached:
-        fig = _study_figure(services.get_study(state, study_id, trials=False))
+        fig = _study_figure(reads.study_summary(state, study_id, key))
         return cache.Cached(plots.to_json(fig).encode(), "application/json")
 
     key = reads.derived(
@@ -549,7 +562,13 @@ async def page_submit_post(
         return _render(request, "submit.html", 422, form=form, result=None, error=msg)
     except ApiError as exc:
         return _render(
-            request, "submit.html", exc.status_code, form=form, result=None, error=exc.message
+            request,
+            "submit.html",
+            exc.status_code,
+            form=form,
+            result=None,
+            error=exc.message,
+            token_refused=exc.status_code in (401, 403),  # the page's script forgets it
         )
 
     def page() -> Response:

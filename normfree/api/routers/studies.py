@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import budget, cache, offload, reads, security, services
-from normfree.api.deps import IdPath, Reader, StateDep, WritePrincipal
+from normfree.api import budget, cache, export, offload, reads, security, services
+from normfree.api.deps import FormatQuery, IdPath, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
+    ArmList,
     StudyCreate,
     StudyDeleted,
     StudyDetail,
@@ -96,30 +97,41 @@ async def get_study(
     _reader: Reader,
     study_id: IdPath,
     trials: Annotated[
-        bool,
-        Query(
-            description="Include every trial (a study may have thousands: page through "
-            "/api/studies/{id}/trials instead)."
-        ),
+        bool, Query(description="Include a page of the study's trials (false: the summary).")
     ] = True,
-) -> Response | StudyDetail:
-    """A study with its progress, its cells (mean and CI per arm) and its trials.
+    trials_limit: Annotated[int, Query(ge=1, le=1000, description="Trials in the page.")] = 100,
+    trials_cursor: Annotated[
+        str | None,
+        Query(max_length=20, description="``trials_next_cursor`` of the previous answer."),
+    ] = None,
+) -> Response:
+    """A study with its progress, its cells (mean and CI per arm) and a page of its trials.
 
-    Without trials (``?trials=false``: the summary) it is cached until a trial of the study
-    finishes or its status changes, and sends an ETag (``If-None-Match`` answers 304)."""
-    if trials:
-        return await run_in_threadpool(services.get_study, state, study_id)
+    The trials come a page at a time (a study may have thousands; no default answer lists them
+    all): ``trials_next_cursor`` names the next page, for ``?trials_cursor=`` here or
+    ``cursor=`` on /api/studies/{id}/trials (the same pages). Cached until a trial of the
+    study starts or finishes or its status changes, and sends an ETag (``If-None-Match``
+    answers 304)."""
     key = await reads.small_read(state, reads.study_key, state, study_id)
-    return await cache.serve(
-        request,
-        state.cache,
-        key,
-        lambda: cache.json_body(services.get_study(state, study_id, trials=False)),
-        replay=not reads.driven(key),
-    )
+    if trials:
+        key = reads.derived("study-detail", key, trials_limit, trials_cursor)
+
+    def build() -> cache.Cached:
+        summary = reads.study_summary(state, study_id, key)
+        if not trials:
+            return cache.json_body(summary)
+        page = services.list_study_trials(state, study_id, limit=trials_limit, cursor=trials_cursor)
+        paged = {"trials": page.items, "trials_next_cursor": page.next_cursor}
+        return cache.json_body(summary.model_copy(update=paged))
+
+    return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))
 
 
-@router.get("/{study_id}/trials", response_model=TrialPage, responses={404: {"model": ErrorBody}})
+@router.get(
+    "/{study_id}/trials",
+    response_model=TrialPage,
+    responses={404: {"model": ErrorBody}, **export.FILE_RESPONSES},
+)
 def list_study_trials(
     state: StateDep,
     _reader: Reader,
@@ -132,13 +144,34 @@ def list_study_trials(
         list[TrialRowStatus] | None,
         Query(max_length=7, description="Repeatable: only trials in these statuses."),
     ] = None,
-) -> TrialPage:
+    format: FormatQuery = "json",
+) -> TrialPage | Response:
     """A study's trials, a page at a time, in id order. Paging by id (not by offset) means a
     trial that finishes or is added while a client pages never makes a row appear twice or go
-    missing."""
-    return services.list_study_trials(
-        state, study_id, limit=limit, cursor=cursor, status=list(status) if status else None
-    )
+    missing. ``format=csv|parquet``: every trial (of ``status``) as one file, a row per trial
+    with its config, metrics and diagnostics summary (``api.export``; no paging)."""
+    statuses = list(status) if status else None
+    if format != "json":
+        return export.respond(
+            export.trial_rows(state, study_id, statuses), format, f"study-{study_id}-trials"
+        )
+    return services.list_study_trials(state, study_id, limit=limit, cursor=cursor, status=statuses)
+
+
+@router.get(
+    "/{study_id}/arms",
+    response_model=ArmList,
+    responses={404: {"model": ErrorBody}, **export.FILE_RESPONSES},
+)
+def list_study_arms(
+    state: StateDep, _reader: Reader, study_id: IdPath, format: FormatQuery = "json"
+) -> ArmList | Response:
+    """A study's arms (its cells: mean and CI per function and transform value or option
+    combination), as ``GET /api/studies/{id}`` shows them; ``format=csv|parquet`` as a file."""
+    if format != "json":
+        return export.respond(export.arm_rows(state, study_id), format, f"study-{study_id}-arms")
+    cells = services.get_study(state, study_id, trials=False).cells
+    return ArmList(study_id=study_id, count=len(cells), items=cells)
 
 
 def _control(action: str):

@@ -242,6 +242,16 @@ def remember_prescreen(fingerprint: str | None, out: S.PrescreenPublic) -> None:
     if len(_PRESCREEN_CACHE) >= _PRESCREEN_CACHE_MAX:
         _PRESCREEN_CACHE.pop(next(iter(_PRESCREEN_CACHE)))
     _PRESCREEN_CACHE[f"{PRESCREEN_PROXY}:{fingerprint}"] = out
+    _REMEMBERED[0] += 1
+
+
+# How many prescreens this process has remembered: cached reads that show them key on it.
+_REMEMBERED = [0]
+
+
+def prescreens_known() -> int:
+    """A counter that moves whenever :func:`remember_prescreen` keeps one (``api.prescreens``)."""
+    return _REMEMBERED[0]
 
 
 def cached_prescreen(fingerprint: str | None) -> S.PrescreenPublic | None:

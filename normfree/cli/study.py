@@ -26,7 +26,7 @@ from normfree.cli._studies import (
     run_driver,
     settings_for,
 )
-from normfree.cli.leaderboard import print_leaderboard
+from normfree.cli.leaderboard import board_reliability, print_leaderboard
 
 
 def _split(text: str | None) -> list[str]:
@@ -95,6 +95,7 @@ def _create_and_maybe_run(
             )
         out["run"] = run_driver(study_id, settings, as_json, parallel)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
+        out["reliability"] = board_reliability(out["leaderboard"])
         out.update(_kind_report(spec.kind, store, study_id))
 
     def human(r: dict[str, Any]) -> None:
@@ -453,6 +454,7 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     found = _study_or_fail(store, study_id, as_json)
     out = run_driver(study_id, settings, as_json, parallel)
     out["leaderboard"] = board(store, found["proxy"], study_id=study_id)
+    out["reliability"] = board_reliability(out["leaderboard"])
     out.update(_kind_report(found["kind"], store, study_id))
 
     def human(r: dict[str, Any]) -> None:

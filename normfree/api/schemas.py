@@ -461,6 +461,11 @@ class TrialPage(_Out):
 class StudyDetail(StudyPublic):
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
+    reliability: ReliabilityPublic | None = Field(
+        default=None,
+        description="Split-seed rank reliability of the study's cells (would their order "
+        "reproduce itself on fresh seeds?), with the seeds that would bring it to 0.8.",
+    )
 
     cells: list[StudyCell] = Field(default_factory=list)
     trials: list[TrialSummary] = Field(

@@ -63,6 +63,10 @@ def test_leaderboard_and_fidelity_show_reliability_over_rest_and_pages(api: Api)
     assert 'id="reliability-line"' in page and "rank reliability" in page
     fid_page = api.client.get("/fidelity?proxy=vit-tiny").text
     assert 'id="reliability-line"' in fid_page and "rank reliability" in fid_page
+    # a study's cells: in its JSON and on its page
+    _check(api.client.get(f"/api/studies/{sid}").json()["reliability"])
+    study_page = api.client.get(f"/studies/{sid}").text
+    assert 'id="reliability-line"' in study_page
 
 
 def test_a_board_with_one_seed_says_why_it_has_no_reliability(api: Api) -> None:

@@ -109,13 +109,6 @@ def to_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
     return buf.getvalue().encode()
 
 
-def parquet_available() -> bool:
-    """Whether pyarrow can be imported here (parquet export works)."""
-    import importlib.util
-
-    return importlib.util.find_spec("pyarrow") is not None
-
-
 def to_parquet(rows: Sequence[Mapping[str, Any]]) -> bytes:
     """The table as Parquet, one typed column per key (a mixed column as text)."""
     try:
@@ -249,7 +242,6 @@ __all__ = [
     "encode",
     "flatten",
     "leaderboard_rows",
-    "parquet_available",
     "respond",
     "to_csv",
     "to_json",

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from normfree.specs import StudyKindName
+from normfree.workers.kinds import KINDS
 
 # Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
@@ -255,13 +256,12 @@ class LeaderboardPublic(_Out):
 
 
 class StudyCreate(_In):
-    """A study, with the same options as ``normfree study property|options|search``."""
+    """A study, with the same options as ``normfree study new KIND`` (the kinds and their
+    descriptions are the registry's, ``workers.kinds``)."""
 
     kind: StudyKindName = Field(
-        description="property: functions x transform values x seeds; options: functions x "
-        "option values x seeds; search: a sampler picks among functions, with pruning; "
-        "generate: new functions evolved from the expression grammar (params: generations, "
-        "population, children, constraints, ...)."
+        description="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()),
+        json_schema_extra={"enum": list(KINDS)},
     )
     name: str | None = Field(default=None, max_length=200)
     proxy: str = Field(max_length=100, examples=["vit-tiny"])
@@ -488,6 +488,11 @@ class StudyDetail(StudyPublic):
         description="search studies: every function named, whether it was trained, pruned, "
         "failed or never tried and why (budget exhausted, pruned), and how many asks were "
         "answered from stored results instead of training a point again.",
+    )
+    report: dict[str, Any] | None = Field(
+        default=None,
+        description="What the study's kind reports beyond its cells, whatever the kind (the "
+        "same object as the field named after the kind, where there is one).",
     )
 
 

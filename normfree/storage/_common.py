@@ -28,6 +28,7 @@ from normfree.storage.models import (
     CandidateRow,
     StudyRow,
 )
+from normfree.storage.records import CandidateRecord, StudyRecord
 
 TRIAL_RESULT_STATUS = {
     "complete": "COMPLETE",
@@ -132,7 +133,7 @@ def _columns(row: Any, names: str) -> dict[str, Any]:
     return {name: getattr(row, name) for name in names.split()}
 
 
-def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
+def _candidate_dict(row: CandidateRow) -> CandidateRecord:
     out = {
         **_columns(row, "id name formula canonical fingerprint lineage group citation submitter"),
         "properties": row.properties or {},
@@ -147,7 +148,7 @@ def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
     return out
 
 
-def _study_dict(row: StudyRow) -> dict[str, Any]:
+def _study_dict(row: StudyRow) -> StudyRecord:
     return {
         **_columns(row, "id kind name proxy spec status optuna_study_name owner_token_id"),
         "created_at": _iso(row.created_at),

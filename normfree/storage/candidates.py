@@ -26,6 +26,7 @@ from normfree.storage.models import (
     CandidateRow,
     utcnow,
 )
+from normfree.storage.records import CandidateRecord
 
 
 @functools.cache
@@ -166,7 +167,7 @@ class CandidateRepository(RepositoryBase):
                 aggregates.bump(s, f"candidate:{name}")
             return res.rowcount == 1
 
-    def get_candidate(self, name: str) -> dict[str, Any] | None:
+    def get_candidate(self, name: str) -> CandidateRecord | None:
         """The candidate named ``name`` as a dict (keys as the table's columns), or None.
 
         A Core read of a prebuilt statement: every submission asks it, and an ORM session

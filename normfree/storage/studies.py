@@ -5,8 +5,6 @@ Part of :class:`normfree.storage.Repository` (see ``storage/repository.py`` for 
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import delete, func, select, update
 
 from normfree.specs import (
@@ -24,6 +22,7 @@ from normfree.storage.models import (
     TrialRow,
     utcnow,
 )
+from normfree.storage.records import StudyProgress, StudyRecord
 
 # A study may be deleted only in these statuses, with no trial still running: nothing drives it.
 DELETABLE_STUDY_STATUSES = ("cancelled", "complete", "failed")
@@ -119,7 +118,7 @@ class StudyRepository(RepositoryBase):
             aggregates.rebuild(s.connection(), proxy=proxy)  # and bumps the proxy's reads
             return optuna_name
 
-    def get_study(self, study_id: int) -> dict[str, Any] | None:
+    def get_study(self, study_id: int) -> StudyRecord | None:
         """The study as a dict (id, kind, name, proxy, spec, status, optuna_study_name, times)."""
         with self.db.session(readonly=True) as s:
             row = s.get(StudyRow, study_id)
@@ -130,7 +129,7 @@ class StudyRepository(RepositoryBase):
         study = self.get_study(study_id)
         return StudySpec.model_validate(study["spec"]) if study else None
 
-    def list_studies(self, *, status: str | None = None) -> list[dict[str, Any]]:
+    def list_studies(self, *, status: str | None = None) -> list[StudyRecord]:
         """All studies, newest first, optionally of one status."""
         q = select(StudyRow).order_by(StudyRow.id.desc())
         if status is not None:
@@ -154,7 +153,7 @@ class StudyRepository(RepositoryBase):
             if res.rowcount == 0:
                 raise KeyError(f"no study {study_id}")
 
-    def study_progress(self, study_id: int) -> dict[str, Any]:
+    def study_progress(self, study_id: int) -> StudyProgress:
         """Counts per trial status plus totals and the best finished trial.
 
         Keys: ``study_id``, ``status`` (the study's), ``counts`` (every trial status, zeros

@@ -28,6 +28,7 @@ from normfree.storage.models import (
     ApiTokenRow,
     utcnow,
 )
+from normfree.storage.records import TokenRecord
 
 # The scopes, in order: each allows what the ones before it allow.
 SCOPES: tuple[str, ...] = ("read", "write", "admin")
@@ -154,7 +155,7 @@ class TokenRepository(RepositoryBase):
             )
             return res.rowcount == 1
 
-    def list_tokens(self) -> list[dict[str, Any]]:
+    def list_tokens(self) -> list[TokenRecord]:
         """Token names, scopes and times (never hashes)."""
         with self.db.session(readonly=True) as s:
             return [

@@ -13,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from normfree.settings import Settings, get_settings
@@ -93,6 +94,10 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             header.click()
             assert rows.first.locator("td").first.inner_text() == "7"
             page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
+            # its download link saves the ranking as a CSV file (issue 27, 4)
+            with page.expect_download() as got:
+                page.click("#board-csv")
+            assert len(pd.read_csv(got.value.path())) == 7
 
             # Property study: metric vs transform value with error bars, diverged cell marked.
             page.goto(f"{base}studies/{seeded.study_id}")
@@ -101,6 +106,10 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             assert {"erf", "tanh", "diverged"} <= set(legend)
             assert page.locator("#study-figure .errorbar").count() >= 2
             page.screenshot(path=str(shots / "study.png"), full_page=True)
+            with page.expect_download() as got:
+                page.click("#arms-csv")
+            arms = pd.read_csv(got.value.path())
+            assert len(arms) == page.locator("#cells tbody tr").count() > 0
 
             # Fidelity of the study to the published results: summary, scatter per setting,
             # and the leaderboard's line linking to it.

@@ -3,11 +3,12 @@
 Each :class:`Drill` makes one extension the way a maintainer would, in a scratch copy of the
 checkout (``scratch.py``): it edits exactly the files the doc's section lists on its ``Files:``
 line, then runs checks in the copy that pass only if the extension works end to end and the
-existing tests cover it unchanged. A drill that needed another file fails its checks; a doc
-that lists a file the drill does not touch (or misses one it does) fails the comparison.
+existing tests cover it unchanged: they must run tests of the new row (:data:`TESTS_OF`), not
+merely pass. A drill that needed another file fails its checks; a doc that lists a file the
+drill does not touch (or misses one it does) fails the comparison.
 
-To drill another extension (a preset, a study kind), add a ``Drill`` to :data:`DRILLS` whose
-``section`` is the doc's heading.
+The preset and study-kind drills are in ``drills_registry.py``; another extension is one more
+``Drill`` whose ``section`` is the doc's heading.
 """
 
 from __future__ import annotations
@@ -31,10 +32,21 @@ class Drill:
     sm_90 compile, which an interpreter process cannot do)."""
 
     section: str  # the ``###`` heading under "How to extend normfree"
-    edits: dict[str, Callable[[str], str]]
+    edits: dict[str, Callable[[str], str]]  # a path not in the checkout is a new file ("")
     checks: tuple[tuple[str, ...], ...]
     uninterpreted: tuple[tuple[str, ...], ...] = ()
     what: str = ""  # the test id ("" = the section)
+    # (placeholder, value): the doc's ``<kind>`` in a path is this drill's new name
+    placeholders: tuple[tuple[str, str], ...] = ()
+
+    def listed(self, doc: Path | None = None) -> set[str]:
+        """The doc's ``Files:`` paths of this section, placeholders filled in."""
+        out = set()
+        for path in documented_files(self.section, doc or DOC):
+            for key, value in self.placeholders:
+                path = path.replace(key, value)
+            out.add(path)
+        return out
 
 
 # ``python -c TESTS_OF NAME ARGS...``: pytest with ARGS, failing unless at least one test whose
@@ -143,16 +155,17 @@ assert result.status == "complete" and math.isfinite(result.metrics["train_loss"
 print("primitive drill ok")
 """
 
-# ``python -c AOT_SCRIPT FORMULA``: the sm_90 compile (triton.compile for GPUTarget("cuda", 90,
-# 32), no GPU) of the new row's example, which tests/kernels/test_aot.py compiles unchanged (it
-# compiles every name default_names() lists)
+# ``python -c AOT_SCRIPT NAME``: the sm_90 compile (triton.compile for GPUTarget("cuda", 90, 32),
+# no GPU) of a new entry or a new row's example, which tests/kernels/test_aot.py compiles
+# unchanged (it compiles every name default_names() lists)
 AOT_SCRIPT = """
 import pathlib, sys
 from normfree.kernels import KernelOptions
-from normfree.kernels._aot import _report, default_names
-formula = sys.argv[1]
-assert formula in default_names(), default_names()
-report = _report([formula], ["bf16"], 1024, KernelOptions(cache=pathlib.Path(".cache/aot")))
+from normfree.kernels._aot import compile_report, default_names
+name = sys.argv[1]
+assert name in default_names(), default_names()
+options = KernelOptions(cache=pathlib.Path(".cache/aot"))
+report = compile_report([name], ["bf16"], 1024, options)
 assert len(report["kernels"]) == 3 and all(r["cubin_bytes"] > 0 for r in report["kernels"])
 print("sm_90 ok")
 """
@@ -213,6 +226,7 @@ ENTRY = Drill(
          "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
          "tests/cli/test_candidates.py"),
     ),
+    uninterpreted=(("-c", AOT_SCRIPT, "gudermann"),),
 )  # fmt: skip
 
 DRILLS: tuple[Drill, ...] = (SOFTPLUS, SECH, ENTRY)

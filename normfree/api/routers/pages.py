@@ -107,7 +107,10 @@ def _badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
 
 
 def install_filters(templates: Jinja2Templates) -> None:
+    from normfree.api.search import search_kinds
+
     templates.env.filters["property_badges"] = _badges
+    templates.env.globals["search_kinds"] = search_kinds()  # the kinds with a search view
     links.install(templates.env)
 
 
@@ -323,11 +326,19 @@ def page_studies(request: Request, state: StateDep, _reader: Reader) -> Response
 
 
 def _study_figure(detail: Any) -> Any:
+    """The objective against the axis the study's kind names (a property study's transform),
+    one curve per function; else the cells side by side."""
+    from normfree.specs import StudySpec
+    from normfree.workers import kinds
+
     cells = [c.model_dump() for c in detail.cells if not c.baseline]
-    transform = detail.spec.get("transform")
-    if detail.kind == "property" and transform:
+    try:
+        axis = kinds.get(detail.kind).figure_axis(StudySpec.model_validate(detail.spec))
+    except ValueError:  # an unreadable stored spec or kind: the cells side by side
+        axis = None
+    if axis:
         refs = [c.model_dump() for c in detail.cells if c.baseline]
-        return plots.study_figure(cells, detail.objective, transform, refs)
+        return plots.study_figure(cells, detail.objective, axis, refs)
     return plots.options_figure([c.model_dump() for c in detail.cells], detail.objective)
 
 

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree.api import budget, cache, export, offload, reads, security, services
 from normfree.api.deps import FormatQuery, IdPath, Reader, StateDep, WritePrincipal
-from normfree.api.errors import ErrorBody
+from normfree.api.errors import ApiError, ErrorBody
 from normfree.api.schemas import (
     ArmList,
     StudyCreate,
@@ -152,6 +152,10 @@ def list_study_trials(
     with its config, metrics and diagnostics summary (``api.export``; no paging)."""
     statuses = list(status) if status else None
     if format != "json":
+        if cursor is not None:
+            raise ApiError(
+                422, "invalid_cursor", "cursor pages the JSON list; a file is the whole study"
+            )
         return export.respond(
             export.trial_rows(state, study_id, statuses), format, f"study-{study_id}-trials"
         )

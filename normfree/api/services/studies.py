@@ -301,10 +301,12 @@ def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any
 
 
 def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
-    """The kind's report under the StudyDetail field named after the kind (generate, search)."""
-    if report is None or kind not in S.StudyDetail.model_fields:
+    """The kind's report as ``report``, and under the StudyDetail field named after the kind
+    where there is one (generate, search: their clients read it there)."""
+    if report is None:
         return {}
-    return {kind: report}
+    named = {kind: report} if kind in S.StudyDetail.model_fields else {}
+    return {"report": report, **named}
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], progress.Snapshot]:

@@ -62,3 +62,22 @@ def test_placement_counts_the_16_above_below_and_within_noise() -> None:
     assert "fidelity vs published" in p["text"]
     missing = placement(rows, "nope", "vit-tiny")
     assert not missing["found"] and missing["rank"] is None and "not ranked" in missing["text"]
+
+
+def test_a_study_of_the_16_runs_and_labels_them_with_s_and_its_baselines_without() -> None:
+    from normfree.api.services.studies import arm_of
+    from normfree.workers.scheduling import plan_grid
+
+    spec = StudySpec(kind="options", proxy="vit-tiny", functions=SIXTEEN, seeds=1,
+                     baselines=["layernorm"])  # fmt: skip
+    planned = plan_grid(spec)
+    by = {p.config.norm.name: p for p in planned}
+    assert by["erf"].config.norm.shift == "scalar" and by["layernorm"].config.norm.shift == "none"
+    trial = {"candidate": "erf", "axis_values": by["erf"].axis_values}
+    assert arm_of(trial, None)[1] == "erf + s"
+    ln = {"candidate": "layernorm", "axis_values": by["layernorm"].axis_values}
+    assert arm_of(ln, None)[1] == "layernorm"
+    prop = StudySpec(kind="property", proxy="vit-tiny", functions=["erf"], seeds=1,
+                     transform="shift_h", values=[0.5])  # fmt: skip
+    (cell,) = plan_grid(prop)
+    assert cell.config.norm.shift == "none" and "shift" not in cell.axis_values

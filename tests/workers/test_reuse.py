@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from normfree.specs import EpochRecord, LayerDiagnostic, StudySpec, TrialResult
-from normfree.storage import Database, Repository
+from normfree.storage import Database, Repository, aggregates
 from normfree.workers.driver import create_study
 from normfree.workers.versions import trainer_sources, trainer_version
 from tests.workers.engine_support import drop_optuna_database, engine_settings
@@ -80,6 +80,11 @@ def test_a_second_study_reuses_the_same_keys_and_trains_only_the_new_ones(url: s
     assert {k: v["n_trials"] for k, v in fast.items()} == {
         k: v["n_trials"] for k, v in slow.items()
     }
+    # a rebuild of the summaries from the trials table leaves the copies out too
+    before = repo.leaderboard("vit-tiny")
+    with repo.db.engine.begin() as conn:
+        aggregates.rebuild(conn)
+    assert repo.leaderboard("vit-tiny") == before
 
 
 def test_another_code_version_a_changed_config_or_a_pruned_run_is_never_reused(

@@ -64,7 +64,8 @@ def _screen_one(
     if not detach and out["to_train"]:
         out["run"] = run_driver(study_id, settings, as_json, parallel)
     rows = screens.screen_board(store, study_id, proxy)
-    name = spec.functions[-1] if function not in spec.functions else function
+    # one of the 16 is placed as itself; another name as the validation spelled it (last)
+    name = function if function in spec.functions else spec.functions[-1]
     out["placement"] = screens.placement(
         rows, name, proxy, fidelity_headline=screens.fidelity_line(store.repo.db, proxy)
     )

@@ -32,7 +32,8 @@ def test_a_screen_reuses_the_16_and_places_the_function_once_it_ran(api: Api) ->
         options={"shift": ["scalar"]},
         baselines=["layernorm", "identity"],
     )
-    _finish(api, create_study(held, settings=api.settings, request=True))
+    held_id = create_study(held, settings=api.settings, request=True)
+    _finish(api, held_id)
     body = {"function": NEW, "proxies": ["vit-tiny"], "seeds": 2}
     assert api.client.post("/api/screens", json=body).status_code == 401
     r = api.client.post("/api/screens", json=body, headers=api.auth)
@@ -50,6 +51,12 @@ def test_a_screen_reuses_the_16_and_places_the_function_once_it_ran(api: Api) ->
     assert p["found"] and p["among_16"] == 17 and p["of"] == 17  # valued below all 16
     assert p["reliability"]["seeds"] == 2 and "rank reliability" in p["text"]
     assert p["text"].startswith(f"{NEW} + s on vit-tiny")
+    # one of the 16 screened: the user's study of the 16 is that very screen (names aside),
+    # so it is found, not planned again, and the function is placed at once, as itself
+    body = {"function": "erf", "proxies": ["vit-tiny"], "seeds": 2}
+    erf = api.client.post("/api/screens", json=body, headers=api.auth).json()["screens"][0]
+    assert erf["found_existing"] and erf["study_id"] == held_id and erf["to_train"] == 0
+    assert erf["placement"]["function"] == "erf" and erf["placement"]["among_16"] == 1
     # the study page says what was reused
     page = api.client.get(f"/studies/{one['study_id']}").text
     assert 'id="reused-line"' in page

@@ -68,6 +68,8 @@ async def create_screen(
                 await run_in_threadpool(ledger.check, state, who.id, estimate.trial_seconds)
                 study_id = await run_in_threadpool(services.studies.plan, settings, spec, who.id)
             await run_in_threadpool(services.created, state, study_id, estimate)
-        one = await run_in_threadpool(screen_service.describe, state, spec, study_id, found)
+        one = await run_in_threadpool(
+            screen_service.describe, state, spec, study_id, found, data.function
+        )
         out.append(ScreenOne.model_validate(one))
     return ScreenPublic(function=data.function, screens=out)

@@ -17,8 +17,11 @@ def find(state: ServiceState, spec: StudySpec) -> int | None:
     return find_screen(state.repo, spec)
 
 
-def describe(state: ServiceState, spec: StudySpec, study_id: int, found: bool) -> dict[str, Any]:
-    """A screen's study as ``ScreenOne`` reads it; the placement once nothing is left to train."""
+def describe(
+    state: ServiceState, spec: StudySpec, study_id: int, found: bool, function: str
+) -> dict[str, Any]:
+    """A screen's study as ``ScreenOne`` reads it; the placement of ``function`` (as asked)
+    once nothing is left to train."""
     from normfree.workers import screens
 
     progress = state.repo.study_progress(study_id)
@@ -35,7 +38,8 @@ def describe(state: ServiceState, spec: StudySpec, study_id: int, found: bool) -
     }
     if not left:
         rows = screens.screen_board(state, study_id, spec.proxy)
-        function = spec.functions[-1]
+        # one of the 16 is placed as itself; another name as the validation spelled it (last)
+        function = function if function in spec.functions else spec.functions[-1]
         line = screens.fidelity_line(state.db, spec.proxy)
         out["placement"] = finite(
             screens.placement(rows, function, spec.proxy, fidelity_headline=line)

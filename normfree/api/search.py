@@ -73,7 +73,8 @@ def _better(a: float, b: float, direction: str) -> bool:
 
 def search_view(state: ServiceState, study_id: int) -> SearchView:
     """The view of one search or generate study; 404 for no such study or another kind."""
-    from normfree.api.services.studies import arm_of, study_key
+    from normfree.api.services.studies import study_key
+    from normfree.workers.progress import arm_of
 
     key, row, snap = study_key(state, study_id)
     if row["kind"] not in search_kinds():
@@ -84,7 +85,8 @@ def search_view(state: ServiceState, study_id: int) -> SearchView:
             f"studies have a search view; its cells are at /api/studies/{study_id}",
         )
     return state.cache.get_or_build(
-        (("search-view", study_id), key), lambda: _build(state, row, snap.counts, arm_of)
+        (("search-view", study_id), key),
+        lambda: _build(state, {**row, "status": snap.status}, dict(snap.counts), arm_of),
     )
 
 

@@ -22,6 +22,7 @@ from normfree.cli._studies import (
     counts_line,
     db_option,
     exit_if_failed,
+    join_early,
     open_store,
     run_driver,
     settings_for,
@@ -73,10 +74,13 @@ def _create_and_maybe_run(
     from normfree.workers.driver import create_study
 
     settings = settings_for(database_url)
+    early = None if detach else join_early(settings)  # a running server's cluster, meanwhile
     try:
         # validated whole as REST validates it (workers.validation), then params and cost
         study_id = create_study(spec, settings=settings, request=True)
     except (ValueError, KeyError, ArithmeticError) as exc:
+        if early is not None:
+            early.discard()
         fail(str(exc), as_json)
     est = estimate(spec, settings)
     store = open_store(settings)
@@ -93,7 +97,8 @@ def _create_and_maybe_run(
                 f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
                 f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
             )
-        out["run"] = run_driver(study_id, settings, as_json, parallel)
+        executor = early.executor() if early is not None else None
+        out["run"] = run_driver(study_id, settings, as_json, parallel, executor)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
         out["reliability"] = board_reliability(out["leaderboard"])
         out.update(_kind_report(spec.kind, store, study_id))
@@ -591,6 +596,10 @@ def _steer(
     from normfree.workers import lifecycle
 
     store = open_store(settings_for(database_url))
+    row = store.repo.get_study(study_id)
+    if row is not None and row.get("archived_at") is not None:  # as the API refuses it (409)
+        fail(f"study {study_id} is archived: `normfree study archive {study_id} --restore` "
+             "first", as_json, code=1)  # fmt: skip
     try:
         done = lifecycle.steer(store.repo, study_id, action, restart=restart)
     except KeyError:
@@ -646,19 +655,34 @@ def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None
 
 
 @study.command("list")
+@click.option("--tag", default=None, help="Only studies with this tag.")
+@click.option("--archived", is_flag=True, help="Archived studies too.")
 @db_option
 @json_option
-def study_list(database_url: str | None, as_json: bool) -> None:
-    """All studies, newest first."""
+def study_list(tag: str | None, archived: bool, database_url: str | None, as_json: bool) -> None:
+    """Studies, newest first (archived ones with --archived), with their tags and note."""
+    from normfree.workers import progress
+
     store = open_store(settings_for(database_url))
-    rows = store.repo.list_studies()
-    for r in rows:
-        r["progress"] = store.repo.study_progress(r["id"])["counts"]
+    rows = []
+    for r in store.repo.list_studies(archived=archived, tag=tag):
+        snap = progress.snapshot(store.db, r["id"])
+        if snap is not None:  # deleted since the list was read
+            # the state shown beside the counts, from the same snapshot (workers.progress)
+            rows.append({**r, "state": snap.progress().state, "progress": snap.counts})
 
     def human(items: list[dict[str, Any]]) -> None:
         for r in items:
+            extra = "".join(
+                (
+                    "\tarchived" if r["archived_at"] else "",
+                    f"\t[{', '.join(r['tags'])}]" if r["tags"] else "",
+                    f"\t{r['note']}" if r["note"] else "",
+                )
+            )
             click.echo(
-                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t{counts_line(r['progress'])}"
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['state']}\t"
+                f"{counts_line(r['progress'])}{extra}"
             )
 
     emit(rows, as_json, human)

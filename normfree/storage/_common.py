@@ -139,6 +139,8 @@ def _candidate_dict(row: CandidateRow) -> CandidateRecord:
         "properties": row.properties or {},
         "created_at": _iso(row.created_at),
         "prescreen": row.prescreen,
+        "archived_at": _iso(getattr(row, "archived_at", None)),
+        "owner_token_id": getattr(row, "owner_token_id", None),
     }
     # NOT NULL JSON columns: None is text that was not JSON (``db.tolerant_json_loads``); named
     # so that the API can say it could not read them (``api.services.candidates``)
@@ -150,7 +152,9 @@ def _candidate_dict(row: CandidateRow) -> CandidateRecord:
 
 def _study_dict(row: StudyRow) -> StudyRecord:
     return {
-        **_columns(row, "id kind name proxy spec status optuna_study_name owner_token_id"),
+        **_columns(row, "id kind name proxy spec status optuna_study_name owner_token_id note"),
+        "tags": list(row.tags) if isinstance(row.tags, list) else [],
+        "archived_at": _iso(row.archived_at),
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
     }

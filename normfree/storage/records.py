@@ -27,6 +27,8 @@ class CandidateRecord(TypedDict):
     properties: dict[str, Any]
     created_at: str | None
     prescreen: dict[str, Any] | None
+    archived_at: str | None
+    owner_token_id: int | None
     unreadable: NotRequired[list[str]]
 
 
@@ -41,6 +43,9 @@ class StudyRecord(TypedDict):
     status: str
     optuna_study_name: str | None
     owner_token_id: int | None
+    tags: list[str]
+    note: str | None
+    archived_at: str | None
     created_at: str | None
     updated_at: str | None
 

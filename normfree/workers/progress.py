@@ -127,11 +127,15 @@ def throughput(
     return 60.0 * n / span, n, span
 
 
-def arm_of(trial: Mapping[str, Any], transform: str | None) -> tuple[Any, ...]:
-    """The arm a trial belongs to: (function's identity, transform value, other options) with
-    the seed dropped; one function is one arm however it was spelled (``storage.leaderboard
-    .identity``). Keys of the study's cells and of :func:`best_arm`."""
-    from normfree.storage.leaderboard import identity
+def arm_of(
+    trial: Mapping[str, Any], transform: str | None
+) -> tuple[str, str, bool, float | None, dict[str, Any]]:
+    """(function, label, baseline, transform value, options) of the study arm a trial belongs
+    to, the seed dropped: the one spelling of a study's arms (its cells, its best arm, what
+    ``/compare?study=N&arm=LABEL`` names). One function is one arm however it was spelled
+    (``storage.leaderboard.identity``); the label (``arm_text``) names the function, the
+    transform value and the options, so (label, baseline) tells arms apart."""
+    from normfree.storage.leaderboard import arm_text, identity
 
     axes = trial.get("axis_values")
     ax = dict(axes) if isinstance(axes, Mapping) else {}
@@ -141,8 +145,7 @@ def arm_of(trial: Mapping[str, Any], transform: str | None) -> tuple[Any, ...]:
     value = ax.pop(transform, None) if transform else None
     if isinstance(value, float) and not math.isfinite(value):
         value = None
-    options = tuple(sorted((k, str(v)) for k, v in ax.items()))
-    return function, baseline, value, options
+    return function, arm_text(function, value, ax), baseline, value, ax
 
 
 def best_arm(
@@ -150,30 +153,21 @@ def best_arm(
 ) -> BestArm | None:
     """The arm with the best mean over its completed seeds (ties: more seeds, then label);
     None before any trial completed."""
-    from normfree.storage.leaderboard import arm_text
-
-    values: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
     objective = None
     for t in trials:
         v = t.get("value")
         if t.get("status") != "COMPLETE" or v is None or not math.isfinite(v):
             continue
-        values[arm_of(t, transform)].append(float(v))
+        function, label, _baseline, _value, _options = arm_of(t, transform)
+        values[(label, function)].append(float(v))
         objective = objective or t.get("objective")
     if not values:
         return None
     sign = -1.0 if direction == "minimize" else 1.0
-
-    def label(key: tuple[Any, ...]) -> str:
-        function, _baseline, value, options = key
-        return arm_text(function, value, dict(options))
-
-    key = max(
-        values,
-        key=lambda k: (sign * sum(values[k]) / len(values[k]), len(values[k]), label(k)),
-    )
+    key = max(values, key=lambda k: (sign * sum(values[k]) / len(values[k]), len(values[k]), k))
     vs = values[key]
-    return BestArm(label(key), key[0], sum(vs) / len(vs), len(vs), objective, direction)
+    return BestArm(key[0], key[1], sum(vs) / len(vs), len(vs), objective, direction)
 
 
 def summarize(

@@ -251,3 +251,33 @@ def test_0009_backfills_canonical_keys_and_scopes(database_url: str) -> None:
         assert db.current_revision() == HEAD
     finally:
         db.dispose()
+
+
+def test_0010_adds_archives_tags_and_notes_and_goes_back(database_url: str) -> None:
+    """0010: studies.archived_at, tags (an empty list for existing rows), note;
+    trials.archived (false for existing rows); candidates.archived_at, owner_token_id."""
+    db = Database(database_url)
+    try:
+        db.migrate("0009")
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO studies (kind, proxy, spec, status, created_at, updated_at) "
+                "VALUES ('property', 'vit-tiny', '{}', 'complete', "
+                "'2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+            )
+        db.migrate("0010")
+        insp = inspect(db.engine)
+        assert {"archived_at", "tags", "note"} <= {c["name"] for c in insp.get_columns("studies")}
+        assert "archived" in {c["name"] for c in insp.get_columns("trials")}
+        assert {"archived_at", "owner_token_id"} <= {
+            c["name"] for c in insp.get_columns("candidates")
+        }
+        study = Repository(db).get_study(1)
+        assert study is not None and study["tags"] == [] and study["archived_at"] is None
+        insp = _downgrade(db, "0009")
+        assert "tags" not in {c["name"] for c in insp.get_columns("studies")}
+        assert "archived" not in {c["name"] for c in insp.get_columns("trials")}
+        db.migrate()
+        assert db.current_revision() == HEAD
+    finally:
+        db.dispose()

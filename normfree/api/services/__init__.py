@@ -13,6 +13,8 @@ repository), so nothing here writes SQL.
 - ``studies``: create, list, cells, trial pages, pause/resume/cancel (``workers.lifecycle``)
 - ``trials``: one trial
 - ``screens``: a function placed among the 16 search candidates (``POST /api/screens``)
+- ``housekeeping``: archive or delete studies, arms and stored candidates (a preview first);
+  tags and notes on studies
 - ``tokens``: write tokens
 """
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -20,6 +19,7 @@ from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
+from normfree.workers.progress import arm_of
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -33,11 +33,12 @@ def _progress(
     snap: progress.Snapshot | None = None,
     best: progress.BestArm | None = None,
 ) -> S.StudyProgress:
-    """A study's public progress (``workers.progress``); ``snap`` when already read."""
+    """A study's public progress (``workers.progress``); ``snap`` when already read. A study
+    deleted meanwhile has none (empty counts): a caller walking a list never fails on it."""
     if snap is None:
         snap = progress.snapshot(repo.db, study_id)
         if snap is None:
-            raise not_found("study", study_id)
+            return S.StudyProgress()
     return public_progress(snap.progress(best))
 
 
@@ -91,6 +92,9 @@ def _study_public(
         created_at=row.get("created_at"),
         updated_at=snap.updated_at,
         progress=_progress(state.repo, row["id"], snap, best),
+        tags=row.get("tags") or [],
+        note=row.get("note"),
+        archived=row.get("archived_at") is not None,
         running_in_background=bool(state.runner and state.runner.is_active(row["id"])),
     )
 
@@ -206,9 +210,16 @@ def created(state: ServiceState, study_id: int, estimate: Any) -> S.StudyPublic:
 
 
 def list_studies(
-    state: ServiceState, *, status: str | None = None, kind: str | None = None
+    state: ServiceState,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    tag: str | None = None,
+    archived: bool = False,
 ) -> S.StudyList:
-    rows = state.repo.list_studies(status=status)
+    """Studies, newest first; archived ones only with ``archived``, only those tagged ``tag``
+    when one is named."""
+    rows = state.repo.list_studies(status=status, archived=archived, tag=tag)
     if kind:
         rows = [r for r in rows if r["kind"] == kind]
     items = []
@@ -217,23 +228,6 @@ def list_studies(
         if snap is not None:  # deleted since the list was read
             items.append(_study_public(state, r, snap))
     return S.StudyList(count=len(items), items=items)
-
-
-def arm_of(
-    trial: Mapping[str, Any], transform: str | None
-) -> tuple[str, str, bool, float | None, dict[str, Any]]:
-    """(function, label, baseline, transform value, options) of the study arm a trial belongs
-    to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
-    from normfree.storage.leaderboard import arm_text, identity
-
-    ax = dict(trial.get("axis_values") or {})
-    ax.pop("seed", None)
-    function = identity(str(ax.pop("function", trial["candidate"])))
-    baseline = bool(ax.pop("baseline", False))
-    value = ax.pop(transform, None) if transform else None
-    if isinstance(value, float) and not math.isfinite(value):
-        value = None
-    return function, arm_text(function, value, ax), baseline, value, ax
 
 
 def _cells(
@@ -248,11 +242,13 @@ def _cells(
     for t in trials:
         # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms;
         # the best arm of the study's progress groups the same way
-        groups[progress.arm_of(t, transform)].append(t)
+        _function, label, baseline, _value, _options = arm_of(t, transform)
+        groups[(label, baseline)].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
+        arms = sorted({str(t["arm_key"]) for t in ts if t.get("arm_key")})
         function, label, baseline, value, ax = arm_of(ts[0], transform)
         summ = stats.summarize(_values_by_seed(ts))
         cells.append(
@@ -271,6 +267,8 @@ def _cells(
                 std=summ.std,
                 ci_low=summ.low,
                 ci_high=summ.high,
+                arm_keys=arms,
+                archived=all(t.get("archived") for t in ts),
             )
         )
     cells.sort(key=lambda c: (c.baseline, c.function, c.value if c.value is not None else 0.0))
@@ -336,7 +334,7 @@ def _study_cells(
 
         fields = (
             "candidate", "seed", "status", "axis_values", "objective", "direction", "value",
-            "error", "failure",
+            "error", "failure", "arm_key", "archived",
         )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
@@ -419,6 +417,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         cells=cells,
         reliability=rel,
         trials=listed,
+        archived_arms=sorted({k for c in cells if c.archived for k in c.arm_keys}),
     )
 
 
@@ -488,6 +487,10 @@ def control_study(
         if row is None:
             raise not_found("study", study_id)
         require_owner(who, row.get("owner_token_id"), f"study {study_id}")
+        if row.get("archived_at") is not None:
+            raise ApiError(
+                409, "conflict", f"study {study_id} is archived: restore it (unarchive) first"
+            )
 
     restart = state.runner is not None and not state.runner.is_active(study_id)
     try:
@@ -503,10 +506,13 @@ def control_study(
     return _study_public(state, row)
 
 
-def delete_study(state: ServiceState, study_id: int, who: Principal) -> S.StudyDeleted:
+def delete_study(
+    state: ServiceState, study_id: int, who: Principal, *, dry_run: bool = False
+) -> S.StudyDeleted:
     """Delete a finished study, its trials and its Optuna study: 404 when none, 403 unless
     ``who`` created it or is an admin token, 409 unless it is cancelled, complete or failed
-    with no trial running. The leaderboards of its proxy are folded again without it."""
+    with no trial running. The leaderboards of its proxy are folded again without it. The
+    answer lists what was removed; ``dry_run`` lists it and removes nothing."""
     from normfree.api.deps import require_owner
     from normfree.storage.studies import StudyBusy
 
@@ -515,16 +521,29 @@ def delete_study(state: ServiceState, study_id: int, who: Principal) -> S.StudyD
         raise not_found("study", study_id)
     require_owner(who, row.get("owner_token_id"), f"study {study_id}")
     try:
+        removes = S.Removal(**state.repo.study_removal(study_id))
+    except KeyError:
+        raise not_found("study", study_id) from None
+    if dry_run:
+        return S.StudyDeleted(id=study_id, deleted=False, dry_run=True, removes=removes)
+    try:
         optuna_name = state.repo.delete_finished_study(study_id)
     except KeyError:
         raise not_found("study", study_id) from None
     except StudyBusy as exc:
         raise ApiError(409, "conflict", str(exc)) from None
-    if optuna_name:
-        import optuna
+    drop_optuna_study(state.store, optuna_name)
+    return S.StudyDeleted(id=study_id, removes=removes)
 
-        try:
-            optuna.delete_study(study_name=optuna_name, storage=state.store.optuna_storage())
-        except Exception:  # never created, or gone: our rows are what the API shows
-            log.info("no Optuna study %s to delete", optuna_name, exc_info=True)
-    return S.StudyDeleted(id=study_id)
+
+def drop_optuna_study(store: Any, optuna_name: str | None) -> None:
+    """Delete a deleted study's Optuna study (another database: after our rows are gone, so a
+    failure here leaves a sampler history no row points at, never a row without its study)."""
+    if not optuna_name:
+        return
+    import optuna
+
+    try:
+        optuna.delete_study(study_name=optuna_name, storage=store.optuna_storage())
+    except Exception:  # never created, or gone: our rows are what the API shows
+        log.info("no Optuna study %s to delete", optuna_name, exc_info=True)

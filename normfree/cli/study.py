@@ -27,7 +27,7 @@ from normfree.cli._studies import (
     run_driver,
     settings_for,
 )
-from normfree.cli.leaderboard import print_leaderboard
+from normfree.cli.leaderboard import board_reliability, print_leaderboard
 
 
 def _split(text: str | None) -> list[str]:
@@ -100,6 +100,7 @@ def _create_and_maybe_run(
         executor = early.executor() if early is not None else None
         out["run"] = run_driver(study_id, settings, as_json, parallel, executor)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
+        out["reliability"] = board_reliability(out["leaderboard"])
         out.update(_kind_report(spec.kind, store, study_id))
 
     def human(r: dict[str, Any]) -> None:
@@ -513,6 +514,7 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     found = _study_or_fail(store, study_id, as_json)
     out = run_driver(study_id, settings, as_json, parallel)
     out["leaderboard"] = board(store, found["proxy"], study_id=study_id)
+    out["reliability"] = board_reliability(out["leaderboard"])
     out.update(_kind_report(found["kind"], store, study_id))
 
     def human(r: dict[str, Any]) -> None:
@@ -535,6 +537,8 @@ def _status_table(p: dict[str, Any]) -> Any:
         if v:
             t.add_row(k, str(v))
     t.add_row("finished", f"{p['finished']}/{p['total']} ({100 * p['fraction']:.0f}%)")
+    if p.get("reused"):
+        t.add_row("reused", f"{p['reused']} (an earlier study's results, not trained again)")
     if p.get("throughput_per_min") is not None:
         t.add_row("throughput", f"{p['throughput_per_min']:.3g} trials/min")
     if p.get("eta_at"):

@@ -20,6 +20,9 @@ when the study will be done and which arm leads. Three rules live here and nowhe
   as the study's cells and the leaderboards merge them) with the best mean over its completed
   seeds (:func:`best_arm`); :func:`arm_of` is the grouping the study's cells use too.
 
+Reused trials (an earlier study's results, ``storage.trials.reuse_finished``) count as finished
+but not in the throughput: they finished when (and where) they first ran.
+
 Remaining trials are those planned so far (waiting plus running): a search or a generate study
 plans some trials as it goes, so its ETA covers what is planned now.
 """
@@ -76,6 +79,8 @@ class Progress:
     eta_at: datetime | None = None
     best: BestArm | None = None
     notes: list[str] = field(default_factory=list)
+    # trials answered by an earlier study's run (``reused_from``): finished, never trained here
+    reused: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (timestamps as ISO text), for ``normfree study status --json``."""
@@ -173,6 +178,7 @@ def summarize(
     finishes: Sequence[datetime] = (),
     first_start: datetime | None = None,
     best: BestArm | None = None,
+    reused: int = 0,
 ) -> Progress:
     """Progress from what :func:`snapshot` read (also usable on counts alone)."""
     c = {s: int(counts.get(s, 0)) for s in TRIAL_STATUSES}
@@ -180,7 +186,7 @@ def summarize(
     left = c["WAITING"] + c["RUNNING"]
     finished = total - left
     state = state_of(status, c)
-    rate, n, span = throughput(finishes, first_start, finished)
+    rate, n, span = throughput(finishes, first_start, finished - reused)
     last = max(finishes) if finishes else None
     eta_s = eta_at = None
     if state in DRIVEN_STATUSES and rate and last is not None:
@@ -201,6 +207,7 @@ def summarize(
         eta_s=eta_s,
         eta_at=eta_at,
         best=best,
+        reused=reused,
     )
 
 
@@ -214,6 +221,7 @@ class Snapshot:
     counts: dict[str, int]
     finishes: list[datetime]
     first_start: datetime | None
+    reused: int = 0
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -229,6 +237,7 @@ class Snapshot:
             finishes=self.finishes,
             first_start=self.first_start,
             best=best,
+            reused=self.reused,
         )
 
 
@@ -250,8 +259,11 @@ def snapshot(db: Any, study_id: int) -> Snapshot | None:
         counts = reads.study_counts(conn, study_id)
         finishes: list[datetime] = []
         first_start = None
+        reused = 0
         if any(counts[s] for s in _ENDED):
-            ended = (TrialRow.study_id == study_id, TrialRow.status.in_(_ENDED))
+            reused = reads.study_reused(conn, study_id)
+            ran = TrialRow.reused_from.is_(None)  # reused rows finished elsewhere, earlier
+            ended = (TrialRow.study_id == study_id, TrialRow.status.in_(_ENDED), ran)
             finishes = [
                 t
                 for (t,) in conn.execute(
@@ -262,9 +274,11 @@ def snapshot(db: Any, study_id: int) -> Snapshot | None:
                 )
             ]
             first_start = conn.scalar(
-                sa.select(sa.func.min(TrialRow.started_at)).where(TrialRow.study_id == study_id)
+                sa.select(sa.func.min(TrialRow.started_at)).where(
+                    TrialRow.study_id == study_id, ran
+                )
             )
-    return Snapshot(study_id, row.status, row.updated_at, counts, finishes, first_start)
+    return Snapshot(study_id, row.status, row.updated_at, counts, finishes, first_start, reused)
 
 
 def read(db: Any, study_id: int, *, with_best: bool = True) -> Progress | None:

@@ -63,6 +63,7 @@ def public_progress(p: progress.Progress) -> S.StudyProgress:
         eta_s=p.eta_s,
         eta_at=p.eta_at,
         best=None if p.best is None else S.BestArm(**asdict(p.best)),
+        reused=p.reused,
     )
 
 
@@ -324,11 +325,11 @@ def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], 
 
 def _study_cells(
     state: ServiceState, key: Any, row: Mapping[str, Any]
-) -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None]:
-    """(cells, objective, direction, generate report, what could not be read, best arm) of a
-    study, built once per ``key``."""
+) -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None, Any]:
+    """(cells, objective, direction, generate report, what could not be read, best arm, the
+    cells' rank reliability) of a study, built once per ``key``."""
 
-    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None]:
+    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None, Any]:
         from normfree.storage import reads
 
         fields = (
@@ -352,9 +353,30 @@ def _study_cells(
                 pass
         generate = _kind_report(state, row["kind"], row["id"])
         best = progress.best_arm(trials, spec.get("transform"), direction or "maximize")
-        return cells, objective, direction, generate, unreadable, best
+        rel = _cells_reliability(trials, spec.get("transform"), direction or "maximize")
+        return cells, objective, direction, generate, unreadable, best, rel
 
     return state.cache.get_or_build((("study-cells", row["id"]), key), build)
+
+
+def _cells_reliability(
+    trials: list[dict[str, Any]], transform: str | None, direction: str
+) -> S.ReliabilityPublic:
+    """The split-seed rank reliability of a study's cells (arms grouped as the cells group
+    them: ``workers.progress.arm_of``); a diverged seed ranks last, as in fidelity."""
+    from normfree.api.services.leaderboards import reliability_public
+    from normfree.fidelity.reliability import rank_reliability
+
+    values: dict[str, dict[int, float | None]] = {}
+    for t in trials:
+        if t.get("status") not in ("COMPLETE", "DIVERGED") or t.get("seed") is None:
+            continue
+        v = t.get("value") if t["status"] == "COMPLETE" else None
+        if t["status"] == "COMPLETE" and v is None:
+            continue  # completed without the objective: says nothing
+        arm = repr(progress.arm_of(t, transform))
+        values.setdefault(arm, {})[int(t["seed"])] = v
+    return reliability_public(rank_reliability(values, direction=direction))  # type: ignore[arg-type]
 
 
 def _unreadable_axes(trials: list[dict[str, Any]]) -> list[str]:
@@ -377,7 +399,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
     """A study with progress and cells; ``trials`` adds every trial (use the paged list at scale:
     ``list_study_trials``)."""
     key, row, snap = study_key(state, study_id)
-    cells, objective, direction, generate, unreadable, best = _study_cells(state, key, row)
+    cells, objective, direction, generate, unreadable, best, rel = _study_cells(state, key, row)
     pub = _study_public(state, row, snap, best)
     pub = pub.model_copy(update={"unreadable": [*pub.unreadable, *unreadable]})
     listed: list[S.TrialSummary] = []
@@ -393,6 +415,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         direction=direction,  # type: ignore[arg-type]
         **_kind_fields(row["kind"], generate),
         cells=cells,
+        reliability=rel,
         trials=listed,
         archived_arms=sorted({k for c in cells if c.archived for k in c.arm_keys}),
     )
@@ -416,6 +439,7 @@ def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
         attempt=t.get("attempt", 0),
         axis_values=axes,
         objective_value=t.get("value"),
+        reused_from=t.get("reused_from"),
         unreadable=unreadable,
     )
 

@@ -11,18 +11,12 @@ from normfree.specs import StudySpec
 from normfree.testing.seeding import property_spec
 from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
 from normfree.workers.execution import RayExecutor, TrialStore
-from tests.workers.engine_support import drop_optuna_database, engine_settings, ray_cluster
+from tests.workers.engine_support import engine_settings, ray_cluster
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _ray() -> Iterator[None]:
     yield from ray_cluster()
-
-
-@pytest.fixture
-def url(database_url: str) -> Iterator[str]:
-    yield database_url
-    drop_optuna_database(database_url)
 
 
 def test_property_study_end_to_end(url: str) -> None:

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
+from normfree.api import lines, services
 from normfree.api import schemas as S
-from normfree.api import services
 from normfree.api.errors import not_found
 from normfree.storage import reads
 
@@ -81,7 +81,13 @@ def leaderboard_key(
     with state.db.read() as conn:
         versions = _versions(conn, f"proxy:{proxy}", "candidates")
     # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
-    epoch = services.ENRICHER.epoch
+    # and its fidelity line done so far (api.lines)
+    line = (
+        lines.study_target(state, study_id)
+        if study_id is not None
+        else lines.proxy_target(state, proxy)
+    )
+    epoch = (services.ENRICHER.epoch, lines.LINES.stamp(line))
     params = (proxy, group or None, tuple(properties or ()), study_id)
     return (("leaderboard", *params), (versions, epoch))
 
@@ -201,7 +207,8 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
     if stamp is None:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
-    return (("study", study_id), (stamp, active, versions))
+    line = lines.LINES.stamp(lines.study_target(state, study_id))
+    return (("study", study_id), (stamp, active, versions, line))
 
 
 def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:

@@ -159,6 +159,16 @@ def candidates(
     )
 
 
+def candidate_groups(state: services.ServiceState) -> list[str]:
+    """The groups a board can be filtered by: the catalog's (from its table, no candidate
+    built: building the catalog is seconds of sympy, which the first board page after a start
+    waited for) and the stored candidates'."""
+    from normfree.search_space import catalog
+
+    stored = {r.get("group") for r in state.repo.list_candidates()}
+    return sorted({e.group for e in catalog.ENTRIES} | {str(g) for g in stored if g})
+
+
 def trial_read(state: services.ServiceState, trial_id: int) -> tuple[Key, dict[str, Any]]:
     """A trial and its key (its status and ``updated_at``: every write to it moves the pair,
     and both come with the trial's own row, so key and body always agree)."""

@@ -180,11 +180,7 @@ async def page_leaderboard(
                     ),
                     None,
                 )
-        groups = parts.build(
-            "the group filter",
-            lambda: sorted({c.group for c in reads.candidates(state).items if c.group}),
-            [],
-        )
+        groups = parts.build("the group filter", lambda: reads.candidate_groups(state), [])
         return cache.html_body(
             _render(
                 request,

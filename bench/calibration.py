@@ -28,7 +28,6 @@ The last line printed is one JSON object (the summary).
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
@@ -37,7 +36,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from resumable import earlier_rows, rescoring, train_rows
+from resumable import earlier_rows, rescoring, run_arguments, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -174,26 +173,14 @@ def facts_markdown(proxy: str, evaluated: list[dict[str, Any]], cmd: str, seeds:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proxy", default="vit-screen")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds of the fact cells")
+    ap = run_arguments(__doc__, "vit-screen", 5, seeds_help="seeds of the fact cells")
     ap.add_argument(
         "--published-seeds",
         type=int,
         default=0,
         help="seeds of the other published cells (0: skip)",
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=None)
-    ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
-    ap.add_argument("--summarise-only", action="store_true", help="rebuild outputs from .jsonl")
     ap.add_argument("--quick", action="store_true", help="vit-tiny, fact cells, 2 seeds")
-    ap.add_argument(
-        "--rescore-from",
-        default=None,
-        metavar="PROXY",
-        help="start from PROXY's results, rescored (a preset that differs only in objective)",
-    )
     args = ap.parse_args()
     if args.quick:
         args.proxy, args.seeds, args.published_seeds = "vit-tiny", 2, 0

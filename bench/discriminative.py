@@ -21,7 +21,6 @@ The last line printed is one JSON object (the summary).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from resumable import TEST_OF, earlier_rows, rescoring, train_rows
+from resumable import TEST_OF, earlier_rows, rescoring, run_arguments, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GROUPS_16 = ("natural", "transformed", "clipped unbounded", "ratio")  # science.md section 2
@@ -281,13 +280,8 @@ def rescore(path: Path, source: str, proxy: str) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proxy", default="vit-digits")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=None)
+    ap = run_arguments(__doc__, "vit-digits", 3)
     ap.add_argument("--functions", default=None, help="comma-separated (default: 16 + baselines)")
-    ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
     ap.add_argument(
         "--operator",
         choices=("published", "plain"),
@@ -298,15 +292,6 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="vit-tiny, 4 functions, 2 seeds")
     ap.add_argument(
         "--reuse", default=None, help="a calibration .jsonl whose plain-function rows to reuse"
-    )
-    ap.add_argument(
-        "--summarise-only", action="store_true", help="rewrite the table from the .jsonl"
-    )
-    ap.add_argument(
-        "--rescore-from",
-        default=None,
-        metavar="PROXY",
-        help="start from PROXY's rows, rescored (a preset that differs only in objective)",
     )
     args = ap.parse_args()
     if args.quick:

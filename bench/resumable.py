@@ -9,6 +9,7 @@ moment its trial ends.
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing as mp
 import sys
@@ -71,3 +72,27 @@ def rescoring(source: str, proxy: str) -> tuple[str, Callable[[dict[str, Any]], 
     except ValueError as exc:
         raise SystemExit(str(exc)) from exc
     return PROXIES[proxy].objective, lambda metrics: rescored_metrics(metrics, sizes)
+
+
+def run_arguments(
+    doc: str, proxy: str, seeds: int, seeds_help: str | None = None, rescore: bool = True
+) -> argparse.ArgumentParser:
+    """The options every resumable run shares (proxy, seeds, workers, epochs, resume,
+    summarise-only and, where the script can rescore, rescore-from); each script adds its own."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--proxy", default=proxy)
+    ap.add_argument("--seeds", type=int, default=seeds, help=seeds_help)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
+    ap.add_argument(
+        "--summarise-only", action="store_true", help="rebuild the outputs from the .jsonl"
+    )
+    if rescore:
+        ap.add_argument(
+            "--rescore-from",
+            default=None,
+            metavar="PROXY",
+            help="start from PROXY's rows, rescored (a preset that differs only in objective)",
+        )
+    return ap

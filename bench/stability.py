@@ -22,7 +22,6 @@ object (the summary).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 from discriminative import operator_shift, search_16, summarise, trial_row
-from resumable import earlier_rows, train_rows
+from resumable import earlier_rows, run_arguments, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BASELINE_ORDER = ("layernorm", "rmsnorm", "identity")
@@ -211,15 +210,9 @@ def markdown(rows_t: list[dict], head: dict, cmd: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proxy", default="vit-stress")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=None)
+    ap = run_arguments(__doc__, "vit-stress", 5, rescore=False)
     ap.add_argument("--functions", default=None, help="comma-separated (default: 3 + 16)")
-    ap.add_argument("--resume", action="store_true", help="skip pairs already in the .jsonl")
     ap.add_argument("--quick", action="store_true", help="3 functions, 1 seed, 3 epochs")
-    ap.add_argument("--summarise-only", action="store_true")
     ap.add_argument(
         "--operator",
         choices=("published", "plain"),

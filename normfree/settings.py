@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     # Ray Jobs API of a cluster (http://head:8265): set, studies are submitted there as Ray jobs
     # (one per study, idempotent by id) so the API process never drives long studies itself.
     ray_jobs_address: str | None = None
+    # Share the embedded cluster on this host: ``normfree serve`` starts its local Ray at once
+    # and advertises it (workers.localray.advertise), and a study command with no ray_address
+    # joins it instead of starting its own (seconds saved per small study). Off: every process
+    # starts its own cluster on demand.
+    share_local_cluster: bool = True
     # Cap for the embedded object store: Ray's default (30% of memory) is far beyond trials' needs.
     ray_object_store_bytes: int = 200 * 1024 * 1024
     trial_cpus: float = 1.0

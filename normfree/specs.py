@@ -220,7 +220,7 @@ class TrialResult(_Frozen):
         return self.metrics.get(self.objective)
 
 
-StudyKind = Literal["property", "options", "search", "generate"]
+StudyKindName = Literal["property", "options", "search", "generate"]
 
 
 class StudySpec(_Frozen):
@@ -232,7 +232,7 @@ class StudySpec(_Frozen):
     - ``generate``: expressions are generated from a grammar (see workers.generate).
     """
 
-    kind: StudyKind
+    kind: StudyKindName
     name: str | None = None
     proxy: str
     seeds: int = 3

@@ -1,4 +1,5 @@
-"""The catalog entries' reference formulas (``Entry.reference``), evaluated by numpy or torch.
+"""The catalog entries' reference formulas (``Entry.reference``), evaluated by numpy, torch or
+mpmath (at one high-precision point).
 
 Each reference is the function as science.md writes it, typed beside its entry independently of
 the entry's formula; here it is run as Python over the library's own functions, so the check
@@ -13,8 +14,22 @@ from typing import Any, Literal
 
 from normfree.search_space import catalog
 
+Lib = Literal["numpy", "torch", "mpmath"]
 
-def _scope(lib: Literal["numpy", "torch"]) -> dict[str, Any]:
+
+def _scope(lib: Lib) -> dict[str, Any]:
+    if lib == "mpmath":
+        import mpmath
+
+        def clamp(v: Any, lo: Any, hi: Any) -> Any:
+            return min(max(v, lo), hi)
+
+        fns = dict(abs=abs, sign=mpmath.sign, sqrt=mpmath.sqrt, exp=mpmath.exp, log=mpmath.log,
+                   sin=mpmath.sin, cos=mpmath.cos, sinh=mpmath.sinh, cosh=mpmath.cosh,
+                   tanh=mpmath.tanh, erf=mpmath.erf, arctan=mpmath.atan, asinh=mpmath.asinh,
+                   clamp=clamp)  # fmt: skip
+        # pi as mpmath's constant at the working precision (float pi is off by 1e-16)
+        return {**fns, "pi": mpmath.mp.pi, "clip": lambda v: clamp(v, -1, 1), "__builtins__": {}}
     if lib == "numpy":
         import numpy as np
         import scipy.special
@@ -33,8 +48,9 @@ def _scope(lib: Literal["numpy", "torch"]) -> dict[str, Any]:
     return {**fns, "pi": math.pi, "clip": lambda v: clamp(v, -1.0, 1.0), "__builtins__": {}}
 
 
-def reference(name: str, lib: Literal["numpy", "torch"]) -> Callable[[Any], Any]:
-    """The entry ``name``'s reference formula as a function of ``u`` (an array or a tensor)."""
+def reference(name: str, lib: Lib) -> Callable[[Any], Any]:
+    """The entry ``name``'s reference formula as a function of ``u`` (an array, a tensor or an
+    mpmath number)."""
     text = {e.name: e for e in catalog.ENTRIES}[name].reference
     assert text, f"catalog entry {name!r} has no reference formula"
     code = compile(text, f"<reference of {name}>", "eval")

@@ -6,7 +6,8 @@ app holds (on ``app.state``) the :class:`~normfree.storage.Database`, the reposi
 templates and the background study runner; routers reach them only through :mod:`.deps`.
 
 Static files: the dashboard's own CSS/JS from ``normfree/api/static`` and ``plotly.min.js`` from the
-installed plotly package (``/vendor/plotly.min.js``), so pages render with no network at all.
+installed plotly package (``/vendor/plotly.min.js``), so pages render with no network at all;
+``/docs`` likewise loads Swagger UI from ``static/swagger-ui`` (there is no ``/redoc``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import plotly
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# Swagger UI's files, committed under static/ (swagger-ui-dist; licence and version beside them)
+SWAGGER_UI = "/static/swagger-ui/"
 
 API_DESCRIPTION = """\
 normfree measures whether a pointwise function f can replace LayerNorm in a transformer.
@@ -89,6 +93,7 @@ def create_app(
     from normfree.api import services
     from normfree.api.routers import (
         candidates,
+        compare,
         fidelity,
         health,
         leaderboards,
@@ -147,6 +152,9 @@ def create_app(
         description=API_DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
+        # /docs is ours (below): Swagger UI from the package, not a CDN; ReDoc has no bundle
+        docs_url=None,
+        redoc_url=None,
         responses={
             413: {"model": errors.ErrorBody, "description": "Request body too large."},
             422: {"model": errors.ErrorBody, "description": "Invalid request: see message."},
@@ -195,9 +203,26 @@ def create_app(
             headers={"Cache-Control": "public, max-age=86400"},
         )
 
+    @app.get("/docs", include_in_schema=False, name="swagger_ui")
+    def swagger_ui(request: Request) -> HTMLResponse:
+        """The API's Swagger UI from the package's own copy (``static/swagger-ui``): it renders
+        with no network, like every page here."""
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=root + (app.openapi_url or "/openapi.json"),
+            title=f"{app.title} API",
+            swagger_js_url=root + SWAGGER_UI + "swagger-ui-bundle.js",
+            swagger_css_url=root + SWAGGER_UI + "swagger-ui.css",
+            swagger_favicon_url=root + SWAGGER_UI + "favicon-32x32.png",
+            # no validator badge: it is an image from swagger.io, a request off the machine
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+
     for module in (health, candidates, studies, trials, leaderboards, references, fidelity):
         app.include_router(module.router, prefix="/api")
+    app.include_router(compare.api_router, prefix="/api")
     app.include_router(pages.router)
+    app.include_router(compare.page_router)
     return app
 
 

@@ -20,13 +20,14 @@ Auth, in one place:
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api.errors import ApiError
+from normfree.api.export import FORMAT_HELP
 from normfree.api.inputs import MAX_DB_INT
 from normfree.api.services import ServiceState
 from normfree.settings import Settings
@@ -47,6 +48,8 @@ PropertyQuery = Annotated[
         "'monotone=increasing'.",
     ),
 ]
+# ``?format=``: the JSON document (default) or the same items as a file (``api.export``).
+FormatQuery = Annotated[Literal["json", "csv", "parquet"], Query(description=FORMAT_HELP)]
 
 # auto_error=False: we answer missing credentials ourselves, with our error body and a hint.
 bearer = HTTPBearer(

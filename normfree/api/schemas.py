@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from normfree.specs import StudyKind
+from normfree.specs import StudyKindName
 
 # Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
@@ -228,7 +228,7 @@ class LeaderboardPublic(_Out):
 class StudyCreate(_In):
     """A study, with the same options as ``normfree study property|options|search``."""
 
-    kind: StudyKind = Field(
+    kind: StudyKindName = Field(
         description="property: functions x transform values x seeds; options: functions x "
         "option values x seeds; search: a sampler picks among functions, with pruning; "
         "generate: new functions evolved from the expression grammar (params: generations, "
@@ -278,7 +278,27 @@ class StudyCreate(_In):
         return v
 
 
+class BestArm(_Out):
+    """The leading arm so far: the best mean over its completed seeds."""
+
+    label: str
+    function: str
+    mean: float
+    n: int = Field(description="Completed seeds behind the mean.")
+    objective: str | None = None
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
 class StudyProgress(_Out):
+    """Counts per trial status and what follows from them (``workers.progress``: the one
+    place the API, the study page and ``normfree study status`` take them from)."""
+
+    state: str = Field(
+        default="pending",
+        description="The state to show beside these counts: the study's status, except that a "
+        "pending or running study with nothing left to run shows the outcome its driver writes "
+        "next (complete, or failed when nothing trained). Read with the counts in one snapshot.",
+    )
     total: int = 0
     waiting: int = 0
     running: int = 0
@@ -289,6 +309,27 @@ class StudyProgress(_Out):
     cancelled: int = 0
     finished: int = 0
     fraction: float = 0.0
+    throughput_per_min: float | None = Field(
+        default=None,
+        description="Trials finished per minute over the 10 minutes before the latest finish "
+        "(from the first trial's start in a younger study); null before any finished.",
+    )
+    window_trials: int = Field(default=0, description="Finished trials the throughput counts.")
+    last_finished_at: datetime | None = None
+    eta_s: float | None = Field(
+        default=None,
+        description="Seconds from last_finished_at to the end at that throughput (trials "
+        "planned so far); null unless the study is live and something has finished.",
+    )
+    eta_at: datetime | None = Field(
+        default=None,
+        description="When the study should end (last_finished_at + eta_s): an instant, so the "
+        "answer (and its ETag) changes only when a trial finishes; count down to it.",
+    )
+    best: BestArm | None = Field(
+        default=None,
+        description="The best arm so far (a single study's answer only; null in lists).",
+    )
 
 
 class StudyDeleted(_Out):
@@ -341,6 +382,14 @@ class StudyCell(_Out):
     failure: ArmFailure | None = Field(
         default=None, description="The cell's most common failure, when any seed failed."
     )
+
+
+class ArmList(_Out):
+    """A study's arms (``GET /api/studies/{id}/arms``): its cells, in the study's order."""
+
+    study_id: int
+    count: int
+    items: list[StudyCell]
 
 
 class TrialSummary(_Out):

@@ -85,6 +85,8 @@ def run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None
         "requeued_expired": summary.requeued_expired,
         "counts": summary.counts,
         "wall_s": round(summary.wall_s, 2),
+        # started (its own Ray), joined <address> (a running `normfree serve`'s) or address <a>
+        "cluster": getattr(driver.executor, "cluster", None),
     }
     return driver_summary
 

@@ -43,6 +43,10 @@ def serve(
     SIGTERM or Ctrl-C stops it cleanly, exit status 0: the study being driven here is stopped
     (its running trials handed back; `normfree study run ID` carries it on) and the embedded
     Ray is stopped with every process it started.
+
+    The embedded Ray starts with the server and stays up while it serves (unless
+    NORMFREE_SHARE_LOCAL_CLUSTER=false): study commands on this host join it instead of
+    starting their own, so a small study's first trial starts within seconds.
     """
     import uvicorn
 
@@ -62,6 +66,17 @@ def serve(
             "--workers > 1 needs --no-run-studies: every process would drive the same studies"
         )
     app = create_app(settings, run_studies=run_studies, freeze_heap=True) if workers == 1 else None
+    runner = app.state.services.runner if app is not None else None
+    if (
+        runner is not None
+        and settings.share_local_cluster
+        and not settings.ray_address
+        and hasattr(runner, "warm")
+    ):
+        # The local cluster starts now, in the background, and stays up while we serve:
+        # studies created here skip Ray's start-up, and `normfree study ...` commands on this
+        # host join it (workers.localray.running).
+        runner.warm()
     if app is None:
         from normfree import storage
         from normfree.api.services.state import recover_at_start

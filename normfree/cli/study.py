@@ -470,18 +470,24 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
 
 
 def _status_table(p: dict[str, Any]) -> Any:
+    """A study's progress (``workers.progress``: the numbers the API and the page show)."""
     from rich.table import Table
 
-    t = Table(title=f"study {p['study_id']} ({p['status']})")
+    t = Table(title=f"study {p['study_id']} ({p['state']})")
     for col in ("status", "trials"):
         t.add_column(col)
     for k, v in p["counts"].items():
         if v:
             t.add_row(k, str(v))
-    t.add_row("finished", f"{p['finished']}/{p['total']} ({100 * p['fraction_finished']:.0f}%)")
+    t.add_row("finished", f"{p['finished']}/{p['total']} ({100 * p['fraction']:.0f}%)")
+    if p.get("throughput_per_min") is not None:
+        t.add_row("throughput", f"{p['throughput_per_min']:.3g} trials/min")
+    if p.get("eta_at"):
+        t.add_row("ETA", f"{p['eta_at'][:19].replace('T', ' ')} UTC")
     if p.get("best"):
         b = p["best"]
-        t.add_row("best", f"{b['candidate']} seed {b['seed']}: {b['objective']} {b['value']:.4g}")
+        seeds = f"{b['n']} seed{'s' if b['n'] != 1 else ''}"
+        t.add_row("best arm", f"{b['label']}: {b['objective']} {b['mean']:.4g} ({seeds})")
     return t
 
 
@@ -494,18 +500,26 @@ def _status_table(p: dict[str, Any]) -> Any:
 def study_status(
     study_id: int, watch: bool, interval: float, database_url: str | None, as_json: bool
 ) -> None:
-    """Progress of a study: trials per status, finished fraction, best so far."""
+    """Progress of a study: trials per status, throughput, ETA, the best arm so far."""
+    from normfree.workers import progress as live
+
     store = open_store(settings_for(database_url))
-    _study_or_fail(store, study_id, as_json)
-    progress = store.repo.study_progress(study_id)
+
+    def read() -> dict[str, Any]:
+        found = live.read(store.db, study_id)
+        if found is None:
+            fail(f"no study {study_id}", as_json, code=1)
+        return found.as_dict()
+
+    now = read()
     if watch and not as_json:
         from rich.live import Live
 
-        with Live(_status_table(progress), refresh_per_second=4) as live:
-            while progress["status"] in ("pending", "running"):
+        with Live(_status_table(now), refresh_per_second=4) as shown:
+            while now["state"] in live.DRIVEN_STATUSES:
                 time.sleep(interval)
-                progress = store.repo.study_progress(study_id)
-                live.update(_status_table(progress))
+                now = read()
+                shown.update(_status_table(now))
         return
 
     def human(p: dict[str, Any]) -> None:
@@ -513,7 +527,7 @@ def study_status(
 
         Console().print(_status_table(p))
 
-    emit(progress, as_json, human)
+    emit(now, as_json, human)
 
 
 def _steer(

@@ -2,8 +2,9 @@
 
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`` runs Triton's whole NVIDIA
 pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin through the ``ptxas`` shipped in the wheel) with no
-GPU present. The tests use it to prove that every candidate's kernels compile for Hopper and that
-the forward's PTX moves each element of x and y exactly once with 16-byte vector accesses.
+GPU present. The tests use it to prove that the kernels of every candidate and every primitive
+(:func:`default_names`) compile for Hopper and that the forward's PTX moves each element of x and
+y exactly once with 16-byte vector accesses.
 
 Argument specialisation mirrors what Triton's JIT does at launch for the shapes the GPU benchmark
 uses: pointers 16-byte aligned, ``D`` and the row strides divisible by 16, ``M`` unconstrained.
@@ -140,7 +141,21 @@ VARIANTS: tuple[tuple[Literal["fwd", "bwd"], bool, Literal["none", "scalar", "ch
 )
 
 
-def _report(names: list[str], dtypes: list[str], d: int, options: KernelOptions) -> dict[str, Any]:
+def default_names() -> list[str]:
+    """Every catalog entry, then every primitive's example formula that no entry already is:
+    what the sm_90 test compiles, so a new entry or primitive row is compiled with no edit."""
+    from normfree.search_space import catalog
+    from normfree.search_space.primitives import PRIMITIVES
+
+    entries = {c.formula for c in catalog.all()}
+    examples = [p.formula for p in PRIMITIVES if p.formula not in entries]
+    return [*catalog.names(), *dict.fromkeys(examples)]
+
+
+def compile_report(
+    names: list[str], dtypes: list[str], d: int, options: KernelOptions
+) -> dict[str, Any]:
+    """Every variant of each name's kernels compiled for sm_90, with its PTX's access counts."""
     from normfree.kernels._ops import compile_candidate
     from normfree.search_space import catalog
 
@@ -165,16 +180,20 @@ def _report(names: list[str], dtypes: list[str], d: int, options: KernelOptions)
 def main(argv: list[str] | None = None) -> None:
     """``python -m normfree.kernels._aot [--names a,b] [--dtypes bf16,fp32] [--d 1024]``."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--names", default="", help="comma-separated; default: the whole catalog")
+    parser.add_argument(
+        "--names",
+        default="",
+        help="comma-separated names or formulas; default: the catalog and every primitive's "
+        "example formula (default_names)",
+    )
     parser.add_argument("--dtypes", default="bf16")
     parser.add_argument("--d", type=int, default=1024)
     args = parser.parse_args(argv)
-    from normfree.search_space import catalog
     from normfree.settings import get_settings
 
-    names = [n for n in args.names.split(",") if n] or [c.name for c in catalog.all()]
+    names = [n for n in args.names.split(",") if n] or default_names()
     options = KernelOptions.from_settings(get_settings())  # an entry point: it reads settings
-    print(json.dumps(_report(names, args.dtypes.split(","), args.d, options)))
+    print(json.dumps(compile_report(names, args.dtypes.split(","), args.d, options)))
 
 
 if __name__ == "__main__":

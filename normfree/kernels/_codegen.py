@@ -64,18 +64,29 @@ def generator_sources() -> list[Path]:
         if path in seen:
             continue
         seen[path] = None
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                # ``from normfree.a import b``: b may be a submodule or a name in a
-                names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-            for name in names:
-                found = _module_file(name)
-                if found is not None and found.name != "__init__.py":
-                    todo.append(found)
+        package = ".".join(path.relative_to(_PACKAGE_ROOT.parent).parent.parts)
+        for name in imported_modules(ast.parse(path.read_text(), str(path)), package):
+            found = _module_file(name)
+            if found is not None and found.name != "__init__.py":
+                todo.append(found)
     return sorted(seen)
+
+
+def imported_modules(tree: ast.AST, package: str) -> list[str]:
+    """The dotted names an import statement anywhere in ``tree`` may load, relative imports
+    resolved against ``package`` (the module's own package): ``from a import b`` names both
+    ``a`` and ``a.b``, since b may be a submodule or a name defined in a."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            names += [f"{base}.{alias.name}" for alias in node.names] + [base]
+    return names
 
 
 # Part of every cache key: the manual version, plus a digest of every source that shapes a

@@ -9,10 +9,9 @@ Public API::
     c.properties.model_dump(); evaluate(c, torch.linspace(-3, 3, 7)); plot_data(c)
 
 ``expr`` and ``derivative`` contain only these sympy node types (the kernel printers rely on it):
-numbers (Integer, Rational, Float, pi, E), Add, Mul, Pow with a constant exponent, the primitives
-of :mod:`.primitives` (Abs, sign, exp, log, erf, erfc, tanh, atan, asinh, sinh, cosh, sin, cos),
-Min, Max, and Piecewise with relational (<, <=, >, >=, Eq, Ne) and logical (And, Or, Not)
-conditions.
+numbers (Integer, Rational, Float, pi, E), Add, Mul, Pow with a constant exponent, the sympy class
+of each row of :mod:`.primitives` (Abs, sign, exp, erf, ...), Min, Max, and Piecewise with
+relational (<, <=, >, >=, Eq, Ne) and logical (And, Or, Not) conditions.
 """
 
 from __future__ import annotations

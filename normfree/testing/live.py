@@ -27,6 +27,9 @@ def cli_env(database_url: str, **extra: str) -> dict[str, str]:
     """The environment of a child ``normfree`` process over ``database_url``."""
     env = {**os.environ, "NORMFREE_DATABASE_URL": database_url, **extra}
     env.setdefault("OMP_NUM_THREADS", "1")
+    # A test's server starts Ray only when a study needs it, and a test's command never joins
+    # a cluster some other server on the host advertises (tests that check sharing set it).
+    env.setdefault("NORMFREE_SHARE_LOCAL_CLUSTER", "false")
     return env
 
 

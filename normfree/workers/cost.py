@@ -13,8 +13,9 @@ is refused with every reason at once:
   lie in its range (:data:`RANGES`; a ViT of width 10**9 is not a proxy);
 - **datasets** by name only (``workers.data.check_dataset``);
 - **cost**: the estimated trial-seconds, the sum over planned trials of the preset's measured
-  seconds per epoch x epochs x how much more work the overrides ask for (model FLOPs per
-  sample and the training-set size), must stay under ``NORMFREE_MAX_STUDY_TRIAL_SECONDS``.
+  seconds per epoch (``Preset.epoch_cost``) x epochs x how much more work the trial asks for
+  than the measurement (model FLOPs per sample against the measured config, the training-set
+  size), must stay under ``NORMFREE_MAX_STUDY_TRIAL_SECONDS``.
 
 The estimate is deliberately simple (a proxy for "how much CPU will this buy"), documented as an
 estimate, and shown on creation so a user sees what they asked for.
@@ -33,30 +34,6 @@ from normfree.specs import BASELINES, StudySpec, TrialConfig
 from normfree.workers.errors import ConfigError
 from normfree.workers.kinds import StudyParams
 from normfree.workers.kinds.base import MAX_EPOCHS, MAX_SEED
-
-# Seconds of one epoch of each preset on one idle CPU core at its defaults. Measured (README,
-# bench/bench_trial.py, on the AVX2-only Xeon the budgets were set on): vit-digits 45 s / 15
-# epochs, dit-digits 116 s / 60 epochs, the tiny presets ~1 s / 2 epochs. The default screens
-# were measured on a faster AMD EPYC (vit-screen 27.7 s / 10 epochs, dit-screen 26.1 s / 30) and
-# scaled by the 2.2-2.3x the earlier presets ran slower on the Xeon. The others are rough
-# estimates from their model and data size relative to those (an order of magnitude is what
-# the budget needs). A preset missing here is costed like vit-digits per epoch.
-EPOCH_SECONDS: dict[str, float] = {
-    "vit-digits": 3.0,
-    "vit-digits8x8": 1.0,
-    "vit-tiny": 0.5,
-    "vit-mnist1d": 3.0,
-    "vit-mnist": 12.0,
-    "vit-screen": 6.2,
-    "vit-screen-heldout": 6.3,  # vit-screen plus 750 more images scored per epoch
-    "vit-screen-loss": 6.3,  # the same runs as vit-screen-heldout
-    "vit-stress": 3.0,
-    "dit-digits": 2.0,
-    "dit-screen": 2.0,
-    "dit-tiny": 0.5,
-    "dit-stress": 6.0,
-}
-_DEFAULT_EPOCH_SECONDS = 3.0
 
 # Allowed ranges of numeric overrides: (low, high), both inclusive. A field not listed takes
 # any finite value within +-1e6 of its type; choices for text fields are listed in CHOICES.
@@ -158,8 +135,7 @@ def validate_params(
 
 def _field_defaults(proxy: str) -> dict[str, Any]:
     """Every overridable field of the preset with its default (its type is the allowed type)."""
-    from normfree.workers.proxies import PROXIES
-    from normfree.workers.trainer import PRESET_OVERRIDABLE
+    from normfree.workers.proxies import PRESET_OVERRIDABLE, PROXIES
 
     preset = PROXIES[proxy]
     out = {f.name: getattr(preset.config, f.name) for f in dataclasses.fields(preset.config)}
@@ -246,26 +222,26 @@ def _flops_per_sample(cfg: Any, task: str) -> float:
 
 
 def trial_seconds(config: TrialConfig) -> float:
-    """Estimated seconds of one trial on one core: epochs x the preset's seconds per epoch x the
-    overrides' work factor (model FLOPs per sample, training-set size, FD samples)."""
+    """Estimated seconds of one trial on one core: epochs x the preset's measured seconds per
+    epoch x the work factor of the trial's model against the measured one (FLOPs per sample)
+    and of its training-set size, plus its FD samples."""
     from normfree.workers.proxies import PROXIES
 
     preset = PROXIES[config.proxy]
     epochs = config.epochs if config.epochs is not None else preset.epochs
-    base_cfg = preset.config
-    model_upd = {k: v for k, v in config.overrides.items() if hasattr(base_cfg, k)}
+    measured = preset.epoch_cost.config
+    model_upd = {k: v for k, v in config.overrides.items() if hasattr(preset.config, k)}
     try:
-        cfg = dataclasses.replace(base_cfg, **model_upd)
-        factor = _flops_per_sample(cfg, preset.task) / _flops_per_sample(base_cfg, preset.task)
+        cfg = dataclasses.replace(preset.config, **model_upd)
+        factor = _flops_per_sample(cfg, preset.task) / _flops_per_sample(measured, preset.task)
     except (TypeError, ValueError, ZeroDivisionError):
         factor = 1.0
     max_train = config.overrides.get("max_train", preset.max_train)
     if preset.max_train and isinstance(max_train, int | float) and max_train > 0:
         factor *= max(1.0, float(max_train) / preset.max_train)
-    per_epoch = EPOCH_SECONDS.get(config.proxy, _DEFAULT_EPOCH_SECONDS)
     fd = config.overrides.get("fd_samples", preset.fd_samples) or 0
     fd_s = float(fd) / 100.0 * factor if isinstance(fd, int | float) else 0.0
-    return epochs * per_epoch * factor + fd_s
+    return epochs * preset.epoch_cost.seconds * factor + fd_s
 
 
 class StudyEstimate(BaseModel):
@@ -343,7 +319,6 @@ def check_study(spec: StudySpec, settings: Settings | None = None) -> StudyEstim
 
 
 __all__ = [
-    "EPOCH_SECONDS",
     "RANGES",
     "StudyEstimate",
     "StudyParams",

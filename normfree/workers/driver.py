@@ -53,6 +53,7 @@ __all__ = [
     "StudyDriver",
     "create_study",
     "optuna_study_name",
+    "optuna_user_attrs",
     "recover_creations",
 ]
 
@@ -68,9 +69,28 @@ def optuna_study_name(study_id: int) -> str:
     return f"normfree-study-{study_id}"
 
 
+def optuna_user_attrs(spec: StudySpec, study_id: int) -> dict[str, Any]:
+    """What an Optuna study of ours says about itself (its user attributes).
+
+    Optuna's storage holds only parameter names and numbers; a viewer of that storage alone
+    (``optuna-dashboard``) shows which normfree study, proxy, kind and metric a study is only
+    through these. JSON values, as Optuna stores user attributes."""
+    metric, direction = sch.objective_of(spec.proxy)
+    attrs: dict[str, Any] = {
+        "normfree_study_id": study_id,
+        "proxy": spec.proxy,
+        "kind": spec.kind,
+        "metric": metric,
+        "direction": direction,
+    }
+    if spec.name:
+        attrs["name"] = spec.name
+    return attrs
+
+
 def _load_optuna(store: TrialStore, spec: StudySpec, study_id: int) -> optuna.Study:
     _, direction = sch.objective_of(spec.proxy)
-    return optuna.create_study(
+    study = optuna.create_study(
         study_name=optuna_study_name(study_id),
         storage=store.optuna_storage(),
         sampler=sch.make_sampler(spec),
@@ -78,6 +98,13 @@ def _load_optuna(store: TrialStore, spec: StudySpec, study_id: int) -> optuna.St
         direction=direction,
         load_if_exists=True,
     )
+    # Written when missing or different only: a study created before the attributes existed
+    # gets them at its next load, and a driver restart writes nothing.
+    stored = study.user_attrs
+    for key, value in optuna_user_attrs(spec, study_id).items():
+        if stored.get(key) != value:
+            study.set_user_attr(key, value)
+    return study
 
 
 def create_study(

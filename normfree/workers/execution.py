@@ -29,6 +29,7 @@ diagnostics are written with the result.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -43,6 +44,8 @@ from normfree.specs import EpochRecord, TrialConfig
 from normfree.storage.handle import Storage
 from normfree.workers import localray
 from normfree.workers.errors import ConfigError, failure_reason
+
+log = logging.getLogger(__name__)
 
 __all__ = ["JobOutcome", "RayExecutor", "TrialJob", "run_trial_job"]
 
@@ -296,6 +299,12 @@ class RayExecutor:
     us join a dead cluster), bound to 127.0.0.1 only, capped object store, no dashboard (it costs
     ~1 GB), stopped with every process it started (see :mod:`normfree.workers.localray`). Only a
     cluster this object started is shut down by it; never ``ray stop``.
+
+    Sharing (``settings.share_local_cluster``, on by default): an executor made with
+    ``advertise=True`` (``normfree serve``'s) records the cluster it starts for other processes
+    on this host; any other executor with no ``ray_address`` first joins such a cluster when one
+    runs (``localray.running``), and starts its own only when none does or joining fails.
+    ``cluster`` says which happened: ``started``, ``joined <address>`` or ``address <address>``.
     """
 
     def __init__(
@@ -304,19 +313,46 @@ class RayExecutor:
         *,
         num_cpus: int | None = None,
         log_to_driver: bool = False,
+        advertise: bool = False,
     ) -> None:
         self.settings = settings or get_settings()
         self.num_cpus = num_cpus
         self.log_to_driver = log_to_driver
+        self.advertise = advertise
         self.owns_cluster = False
+        self.joined = False
+        self.cluster: str | None = None
         self._remote: Any = None
+
+    def _join_shared(self, env: dict[str, Any]) -> bool:
+        """Join the cluster another process on this host advertises; False when none runs or
+        joining fails (the caller then starts its own)."""
+        import ray
+
+        if self.settings.ray_address or self.advertise or not self.settings.share_local_cluster:
+            return False
+        shared = localray.running()
+        if shared is None:
+            return False
+        addr = shared.address
+        try:
+            localray.join(addr, shared.auth_mode, log_to_driver=self.log_to_driver, runtime_env=env)
+        except Exception as exc:  # gone between the check and the join: start our own
+            log.warning("could not join the local cluster at %s (%s); starting one", addr, exc)
+            if ray.is_initialized():
+                ray.shutdown()
+            return False
+        self.joined, self.cluster = True, f"joined {addr}"
+        return True
 
     def start(self) -> RayExecutor:
         import ray
 
         if not ray.is_initialized():
             env = {"env_vars": {"OMP_NUM_THREADS": str(self.settings.trial_threads)}}
-            if self.settings.ray_address and localray.is_embedded(self.settings.ray_address):
+            if self._join_shared(env):
+                pass
+            elif self.settings.ray_address and localray.is_embedded(self.settings.ray_address):
                 # another process's embedded (loopback-only) cluster on this host
                 localray.join(
                     self.settings.ray_address, log_to_driver=self.log_to_driver, runtime_env=env
@@ -339,6 +375,11 @@ class RayExecutor:
                     log_to_driver=self.log_to_driver,
                     runtime_env=env,
                 )
+                self.cluster = "started"
+                if self.advertise and self.settings.share_local_cluster:
+                    localray.advertise()
+            if self.cluster is None:
+                self.cluster = f"address {self.settings.ray_address}"
         self._remote = ray.remote(max_retries=0)(_remote_body).options(
             num_cpus=self.settings.trial_cpus,
             num_gpus=self.settings.trial_gpus,
@@ -383,7 +424,13 @@ class RayExecutor:
         ray.cancel(ref, force=True)
 
     def shutdown(self) -> None:
+        """Stop the cluster this executor started; leave a joined one running (only this
+        process's connection to it ends)."""
         if self.owns_cluster:
             localray.stop()
-        self.owns_cluster = False
+        elif self.joined:
+            import ray
+
+            ray.shutdown()
+        self.owns_cluster = self.joined = False
         self._remote = None

@@ -121,21 +121,36 @@ def _drive_with_ray(
 ) -> Callable[[int], Any]:
     """The default way the runner drives a study: a StudyDriver on one shared local executor.
 
-    ``halt`` (the runner's) stops the driver at once when the server shuts down."""
+    ``halt`` (the runner's) stops the driver at once when the server shuts down. The executor
+    advertises the cluster it starts (``settings.share_local_cluster``): study commands on this
+    host join it instead of starting their own. ``drive.start()`` starts it ahead of any study
+    (``StudyRunner.warm``)."""
     executor: Any = None
 
-    def drive(study_id: int) -> Any:
+    def start() -> Any:
         nonlocal executor
-        from normfree.workers.driver import StudyDriver
         from normfree.workers.execution import RayExecutor
 
         if executor is None:
-            executor = RayExecutor(settings)
+            executor = RayExecutor(settings, advertise=True).start()
             drive.executor = executor  # type: ignore[attr-defined]
-        return StudyDriver(study_id, settings=settings, executor=executor, halt=halt).run()
+        return executor
+
+    def drive(study_id: int) -> Any:
+        from normfree.workers.driver import StudyDriver
+
+        return StudyDriver(study_id, settings=settings, executor=start(), halt=halt).run()
 
     drive.executor = None  # type: ignore[attr-defined]
+    drive.start = start  # type: ignore[attr-defined]
     return drive
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """A queue item of the runner: start the cluster (``StudyRunner.warm``)."""
+
+    start: Callable[[], Any]
 
 
 class StudyRunner:
@@ -155,7 +170,7 @@ class StudyRunner:
         self.settings = settings
         self._halt = threading.Event()
         self._drive = drive or _drive_with_ray(settings, self._halt)
-        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._queue: queue.Queue[int | _Warm | None] = queue.Queue()
         self._active: set[int] = set()
         self._again: set[int] = set()
         self._lock = threading.Lock()
@@ -169,12 +184,28 @@ class StudyRunner:
                 self._again.add(study_id)
                 return
             self._active.add(study_id)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name="normfree-study-runner", daemon=True
-                )
-                self._thread.start()
+            self._ensure_thread()
         self._queue.put(study_id)
+
+    def warm(self) -> bool:
+        """Start the local cluster now, on the runner's thread (so a study submitted meanwhile
+        waits for it rather than starting a second one), for ``normfree serve``: the first
+        study, and study commands joining it, skip Ray's start-up. False when the drive
+        function has no cluster to start."""
+        start = getattr(self._drive, "start", None)
+        if start is None:
+            return False
+        with self._lock:
+            self._ensure_thread()
+        self._queue.put(_Warm(start))
+        return True
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._loop, name="normfree-study-runner", daemon=True
+            )
+            self._thread.start()
 
     def is_active(self, study_id: int) -> bool:
         with self._lock:
@@ -185,6 +216,12 @@ class StudyRunner:
             study_id = self._queue.get()
             if study_id is None or self._halt.is_set():
                 return
+            if isinstance(study_id, _Warm):
+                try:
+                    study_id.start()
+                except Exception:  # the first study then starts it (and says why it cannot)
+                    log.warning("could not start the local cluster ahead of studies", exc_info=True)
+                continue
             try:
                 self._drive(study_id)
                 self.errors.pop(study_id, None)

@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from normfree.private import DIR_MODE, private_dir, private_umask
 
 LOOPBACK = "127.0.0.1"
 _CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_AUTH_MODE = "RAY_AUTH_MODE"
 
 # Processes the embedded cluster started, recorded after ray.init for stop(): pid -> its start
 # time (so a pid the kernel has since given to another process is never signalled).
@@ -218,14 +220,21 @@ def address() -> str:
     return f"{LOOPBACK}:{port}"
 
 
-def join(addr: str, **init_kwargs: Any) -> None:
+def join(addr: str, auth_mode: str | None = None, **init_kwargs: Any) -> None:
     """``ray.init`` as a driver of another process's embedded cluster on this host.
 
     Ray rewrites a loopback address to the host's network address unless single-host mode is
-    on while it starts, so the switch is set for the ``ray.init`` here too.
+    on while it starts, so the switch is set for the ``ray.init`` here too. ``auth_mode``: the
+    cluster's (``token`` for one Ray started with its default authentication); Ray never turns
+    it on for an explicit address, and the cluster refuses a driver without it.
     """
     import ray
 
+    if auth_mode and os.environ.get(_AUTH_MODE) != auth_mode:
+        from ray._raylet import Config
+
+        os.environ[_AUTH_MODE] = auth_mode
+        Config.initialize("")  # Ray's cached config reads the mode again
     with _single_host():
         ray.init(address=addr, _node_ip_address=LOOPBACK, **init_kwargs)
 
@@ -252,6 +261,108 @@ def is_embedded(addr: str) -> bool:
         return True
 
 
+# ----------------------------------------------------------------------------- sharing on a host
+#
+# A long-lived process (``normfree serve``) advertises its embedded cluster in a record in the
+# private temp root; a study command started later on the same host joins it instead of starting
+# its own (Ray's start-up is most of a small study's first seconds). The record names the
+# process that owns the cluster (pid and start time: a reused pid is never trusted) and is keyed
+# by the normfree package's folder and the Python executable, so a command joins only a
+# cluster whose workers import the same code from the same environment. Only loopback, only
+# this user (the root is 0700): nothing here reaches another machine or another user.
+
+
+def _record_path() -> Path:
+    import hashlib
+    import sys
+
+    import normfree
+
+    code = f"{Path(normfree.__file__).resolve().parent}|{Path(sys.executable).resolve()}"
+    key = hashlib.sha256(code.encode()).hexdigest()[:16]
+    return private_temp_root() / f"cluster-{key}.json"
+
+
+_advertised: list[Path] = []
+
+
+def advertise() -> Path:
+    """Record the running embedded cluster (started by this process) for other commands on
+    this host to join (:func:`running`); :func:`stop` removes the record."""
+    import json
+
+    path = _record_path()
+    record = {
+        "address": address(),
+        "pid": os.getpid(),
+        "start_time": start_time(os.getpid()),
+        # Ray turns token authentication on for a cluster it starts (in this process's
+        # environment only); a process joining by address must turn it on itself (join).
+        "auth_mode": os.environ.get(_AUTH_MODE),
+    }
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with private_umask():
+        tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)  # whole or not at all: a reader never sees half a record
+    if not _advertised:
+        import atexit
+
+        atexit.register(_withdraw)  # also when the process ends without stop()
+    _advertised.append(path)
+    return path
+
+
+def _withdraw() -> None:
+    """Remove the records this process wrote (only while they still name this process)."""
+    import json
+
+    while _advertised:
+        path = _advertised.pop()
+        try:
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+@dataclass(frozen=True)
+class Shared:
+    """An advertised cluster: its GCS address and Ray's authentication mode."""
+
+    address: str
+    auth_mode: str | None = None
+
+
+def running() -> Shared | None:
+    """The advertised embedded cluster this process may join, or None.
+
+    Trusted only while its owner runs (same pid and start time) and its GCS port answers on
+    loopback; a stale record (its owner was SIGKILLed) is removed.
+    """
+    import json
+    import socket
+
+    path = _record_path()
+    try:
+        record = json.loads(path.read_text())
+        addr, pid, started = str(record["address"]), int(record["pid"]), record["start_time"]
+        mode = record.get("auth_mode")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid == os.getpid():
+        return None  # our own cluster: nothing to join
+    if start_time(pid) != started or not alive(pid):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    host, _, port = addr.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return Shared(addr, str(mode) if mode else None)
+    except (OSError, ValueError):
+        return None
+
+
 def stop(grace_s: float = 3.0) -> None:
     """Shut the local cluster down and make sure none of its processes survive.
 
@@ -260,6 +371,7 @@ def stop(grace_s: float = 3.0) -> None:
     """
     import ray
 
+    _withdraw()  # first: no command may join a cluster that is going away
     # The cluster's process tree, taken before shutdown re-parents what survives it; only
     # processes the cluster started (and theirs) are ever signalled.
     tree = {p for p, t in _started.items() if start_time(p) == t}
@@ -291,4 +403,13 @@ def terminate(pids: set[int], grace_s: float = 10.0) -> None:
         deadline = time.monotonic() + 2.0
 
 
-__all__ = ["LOOPBACK", "alive", "descendants", "start", "stop", "terminate"]
+__all__ = [
+    "LOOPBACK",
+    "advertise",
+    "alive",
+    "descendants",
+    "running",
+    "start",
+    "stop",
+    "terminate",
+]

@@ -17,10 +17,9 @@ Two checks on the initialised proxy (same model and data as the preset, a fixed 
    grow its output past |gamma| + |beta|, so a large growth means nothing is containing the
    stream.
 
-Defaults (``PRESCREEN_STEPS`` steps at ``LR_MULTIPLIER`` x, batch ``BATCH``) suit the default
-presets, whose lr is moderate; a stress preset, whose lr is already the aggressive one, sets
-``prescreen_steps`` / ``prescreen_lr_mult`` / ``prescreen_batch`` in its ``extra`` so the
-prescreen takes the steps its trial will take.
+The steps, the lr multiplier and the batch are the preset's (``Preset.prescreen``): the
+defaults suit a preset whose lr is moderate; a stress or calibrated screen, whose lr is already
+the aggressive one, takes the steps its trial will take.
 
 Deterministic: a fixed seed, forked RNG, the trial thread count (only ``seconds`` varies).
 Returns a JSON-friendly dict; ``ok`` is False when the operator could not run (with ``error``)
@@ -49,9 +48,6 @@ from normfree.workers.trainer import (
     trial_context,
 )
 
-PRESCREEN_STEPS = 20  # enough for an unstable operator to blow up at a high lr
-LR_MULTIPLIER = 5.0  # "high": five times the preset's peak learning rate, with no warmup
-BATCH = 128
 OUT_GROWTH_LIMIT = 20.0  # norm-output growth (max over slots) above which we predict instability
 
 
@@ -78,9 +74,7 @@ def prescreen(
         resolve(TrialConfig(proxy=proxy, norm=spec, seed=seed)), candidate=candidate
     )
     p = res.preset
-    steps = int(p.extra.get("prescreen_steps", PRESCREEN_STEPS))
-    lr = p.lr * float(p.extra.get("prescreen_lr_mult", LR_MULTIPLIER))
-    batch = int(p.extra.get("prescreen_batch", BATCH))
+    steps, lr, batch = p.prescreen.steps, p.lr * p.prescreen.lr_mult, p.prescreen.batch
     bf16 = p.precision == "bf16"
     out: dict[str, Any] = {"proxy": proxy, "norm": res.norm.model_dump(), "seed": seed}
     from normfree.kernels import KernelOptions

@@ -44,7 +44,7 @@ from normfree.specs import (
 from normfree.workers import diagnostics
 from normfree.workers.data import Dataset, get_dataset
 from normfree.workers.errors import ConfigError
-from normfree.workers.proxies import PROXIES, Preset, get_preset
+from normfree.workers.proxies import PRESET_OVERRIDABLE, PROXIES, Preset, get_preset
 from normfree.workers.proxies.configs import resolve_zero_init_final
 from normfree.workers.proxies.dit import Diffusion
 
@@ -144,19 +144,6 @@ class Resolved:
             out[k] = getattr(self.preset, k)
         out["norm"] = self.norm.model_dump()
         return out
-
-
-PRESET_OVERRIDABLE = (
-    "batch_size",
-    "label_smoothing",
-    "schedule",
-    "divergence_factor",
-    "grad_clip",
-    "max_train",
-    "max_eval",
-    "fd_samples",
-    "precision",
-)
 
 
 def resolve(config: TrialConfig, *, allow_paths: bool = False) -> Resolved:

@@ -242,3 +242,135 @@ def test_plot_labels_render_as_text_in_a_real_browser(tmp_path: Path) -> None:
             assert legend == title == hostile
         finally:
             browser.close()
+
+
+def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path) -> None:
+    """Issue 27, points 6 and 7, in Chromium: arms chosen on a study page overlay on /compare
+    (and its metric selector redraws), a search's view draws its history, importance and
+    pruning timeline, /docs renders Swagger UI with nothing fetched from outside, and the
+    submit form keeps its token for the tab's life (a refused one is forgotten)."""
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    from normfree.testing.search_seeding import seed_search_study
+
+    url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
+    seeded = seed_property_study(Settings(database_url=url_db))
+    search = seed_search_study(Settings(database_url=url_db))
+    made = run_cli(["token", "create", "browser", "--json"], url_db)
+    assert made.returncode == 0, made.stderr
+    token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+
+    with live_server(url_db, "--no-run-studies") as base, sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=shutil.which("chromium") or CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 1000},
+        )
+        try:
+            page = ctx.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            outside: list[str] = []
+            ctx.on(
+                "request",
+                lambda req: None if req.url.startswith(base) else outside.append(req.url),
+            )
+
+            # A study page's arm checkboxes -> /compare: each arm's seeds and their mean.
+            page.goto(f"{base}studies/{seeded.study_id}")
+            boxes = page.locator("#compare-form input[name=arm]")
+            assert boxes.count() == 7
+            boxes.nth(0).check()
+            boxes.nth(1).check()
+            page.click("#compare-button")
+            page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
+            legend = page.locator("#compare-figure .legendtext").all_text_contents()
+            assert len(legend) == 2 and all("(mean of 2)" in t for t in legend), legend
+            assert page.locator("#compare-trials-table tbody tr").count() == 4
+            assert page.locator("#compare-figure .gtitle").text_content() == "val_acc by epoch"
+            page.select_option("#compare-metric", "train_loss")
+            page.wait_for_function(
+                "document.querySelector('#compare-figure .gtitle')?.textContent"
+                " === 'train_loss by epoch'",
+                timeout=30_000,
+            )
+            assert len(page.locator("#compare-figure .legendtext").all_text_contents()) == 2
+            page.screenshot(path=str(shots / "compare_arms.png"), full_page=True)
+
+            # Trials by id, from the empty page's form.
+            page.goto(base + "compare")
+            a, b, c = seeded.trial_ids[:3]
+            page.fill("#compare-trials", f"{a},{b},{c}")
+            page.click("#compare-trials-button")
+            page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
+            assert page.locator("#compare-figure .legendtext").count() == 3
+            page.screenshot(path=str(shots / "compare_trials.png"), full_page=True)
+
+            # The search view: history, importance, pruning timeline; its link to /compare.
+            page.goto(f"{base}studies/{search.study_id}")
+            page.click("#search-link")
+            for fig in ("history-figure", "importance-figure", "pruning-figure"):
+                page.wait_for_selector(f"#{fig} .main-svg", timeout=30_000)
+            history = page.locator("#history-figure .legendtext").all_text_contents()
+            assert {"complete", "pruned (last reported)", "best so far"} <= set(history)
+            timeline = page.locator("#pruning-figure .legendtext").all_text_contents()
+            assert {"complete", "pruned"} <= set(timeline)
+            assert page.locator("#pruned-trials tbody tr").count() == 2
+            page.screenshot(path=str(shots / "search.png"), full_page=True)
+            page.click("#compare-top")
+            page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
+            assert page.locator("#compare-arms tbody tr").count() == 3
+
+            # /docs: Swagger UI from the package draws the operations, nothing from outside.
+            page.goto(base + "docs")
+            page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
+            assert "normfree" in page.locator(".swagger-ui .info .title").inner_text()
+            assert page.locator(".swagger-ui .opblock").count() > 10
+            page.screenshot(path=str(shots / "docs.png"), full_page=True)
+
+            # The submit form keeps the token in this tab across sends and pages ...
+            page.goto(base + "submit")
+            page.fill("#name", "keeper")
+            page.fill("#formula", "u +")  # refused (422), the token was fine
+            page.fill("#token", token)
+            page.click("#submit-button")
+            page.wait_for_selector("#submit-error")
+            assert page.input_value("#token") == token  # the re-shown form has it back
+            page.goto(base + "submit")
+            assert page.input_value("#token") == token
+            assert page.evaluate("sessionStorage.getItem('normfree-token')") == token
+            # ... not in another tab (sessionStorage is per tab), and never in a cookie
+            other = ctx.new_page()
+            other.goto(base + "submit")
+            assert other.input_value("#token") == ""
+            other.close()
+            assert not any(token in ck["value"] for ck in ctx.cookies())
+            # a refused token is forgotten
+            page.fill("#name", "nope")
+            page.fill("#formula", "tanh(u)")
+            page.fill("#token", "nf_wrong")
+            page.click("#submit-button")
+            page.wait_for_selector("#submit-error")
+            assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
+            assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
+            page.goto(base + "submit")
+            assert page.input_value("#token") == ""
+            # and "forget" clears a kept one
+            page.fill("#name", "keeper")
+            page.fill("#formula", "u +")
+            page.fill("#token", token)
+            page.click("#submit-button")
+            page.wait_for_selector("#submit-error")
+            page.click("#forget-token")
+            assert page.input_value("#token") == ""
+            assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
+
+            assert not errors, errors
+            assert not outside, outside
+        finally:
+            ctx.close()

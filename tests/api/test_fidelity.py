@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from normfree.testing.seeding import Seeded, seed_property_study
+from tests.api import bodies
 from tests.api.conftest import Api
 
 CSV = (
@@ -28,14 +29,7 @@ def test_builtin_set_is_listed_and_shown(api: Api) -> None:
 
 
 def test_import_json_and_csv_with_a_token(api: Api) -> None:
-    body = {
-        "name": "mine",
-        "source": "my paper",
-        "rows": [
-            {"setting": "s", "family": "vit", "metric": "accuracy", "direction": "maximize",
-             "cell": {"function": "tanh"}, "value_low": 80, "value_high": 80},
-        ],
-    }  # fmt: skip
+    body = bodies.reference()
     assert api.client.post("/api/references", json=body).status_code == 401
     r = api.client.post("/api/references", json=body, headers=api.auth)
     assert r.status_code == 201, r.text

@@ -15,17 +15,10 @@ import optuna
 import pytest
 
 from normfree.storage import optuna_storage_url
+from tests.api import bodies
 from tests.api.conftest import Api
 
-STUDY: dict[str, Any] = {
-    "kind": "property",
-    "proxy": "vit-tiny",
-    "functions": ["erf"],
-    "transform": "shift_h",
-    "values": [0.5],
-    "seeds": 1,
-    "epochs": 1,
-}
+STUDY = bodies.study()
 
 
 def _refused(api: Api, body: dict[str, Any] | str, code: str = "invalid_study") -> dict:

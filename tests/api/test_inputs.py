@@ -15,25 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from normfree.api.inputs import MAX_JSON_DEPTH, body_problem, db_int, json_problem
+from tests.api import bodies
 from tests.api.conftest import Api
 
-STUDY: dict[str, Any] = {
-    "kind": "property",
-    "proxy": "vit-tiny",
-    "functions": ["erf"],
-    "transform": "shift_h",
-    "values": [0.5],
-    "seeds": 1,
-    "epochs": 1,
-}
-REFERENCE: dict[str, Any] = {
-    "name": "mine",
-    "source": "my paper",
-    "rows": [
-        {"setting": "s", "family": "vit", "metric": "accuracy", "direction": "maximize",
-         "cell": {"function": "tanh"}, "value_low": 80, "value_high": 80},
-    ],
-}  # fmt: skip
+STUDY = bodies.study()
+REFERENCE = bodies.reference()
 
 
 @pytest.fixture

@@ -7,25 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from normfree.api.services import create_token
+from tests.api import bodies
 from tests.api.conftest import Api
 
-STUDY = {
-    "kind": "property",
-    "proxy": "vit-tiny",
-    "functions": ["erf"],
-    "transform": "shift_h",
-    "values": [0, 0.5],
-    "seeds": 1,
-    "epochs": 1,
-}
-REFERENCE = {
-    "name": "alices",
-    "source": "a paper",
-    "rows": [
-        {"setting": "s", "family": "vit", "metric": "accuracy", "direction": "maximize",
-         "cell": {"function": "tanh"}, "value_low": 80, "value_high": 80},
-    ],
-}  # fmt: skip
+STUDY = bodies.study(values=[0, 0.5])
+REFERENCE = bodies.reference("alices", source="a paper")
 
 
 def _bearer(token: str) -> dict[str, str]:

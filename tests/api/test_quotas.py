@@ -9,16 +9,9 @@ import httpx
 from fastapi.testclient import TestClient
 
 from normfree.testing.live import live_server
+from tests.api import bodies
 
-STUDY: dict[str, Any] = {
-    "kind": "property",
-    "proxy": "vit-tiny",
-    "functions": ["erf"],
-    "transform": "shift_h",
-    "values": [0.5],
-    "seeds": 1,
-    "epochs": 100,  # 50 trial-seconds at vit-tiny's 0.5 s per epoch
-}
+STUDY = bodies.study(epochs=100)  # 50 trial-seconds at vit-tiny's 0.5 s per epoch
 
 
 def _peer(api: Any, address: str) -> TestClient:

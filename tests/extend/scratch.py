@@ -44,8 +44,14 @@ def edit(root: Path, path: str, change: Callable[[str], str]) -> None:
 def run(
     root: Path, args: list[str], timeout: float = 600, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python *args`` in ``root`` with ``root`` first on the import path and private caches."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("NORMFREE_")}
+    """``python *args`` in ``root`` with ``root`` first on the import path and private caches.
+    Triton's interpreter only when ``env`` asks for it: the kernel tests' setup turns it on in
+    this process, and an interpreter process cannot compile for a GPU."""
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("NORMFREE_") and k != "TRITON_INTERPRET"
+    }
     full.update({
         "PYTHONPATH": str(root),
         "NORMFREE_KERNEL_CACHE": str(root / ".cache" / "kernels"),

@@ -8,25 +8,37 @@ from pathlib import Path
 
 import pytest
 
-from tests.extend.drills import DRILLS, Drill, documented_files
+from tests.extend.drills import DRILLS, TESTS_OF, Drill, documented_files
 from tests.extend.scratch import ROOT, edit, run, scratch_copy
 
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.section)
+@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.what or d.section)
 def test_the_doc_lists_exactly_the_files_the_drill_touches(drill: Drill) -> None:
     listed = documented_files(drill.section)
     assert listed == set(drill.edits), (drill.section, sorted(listed), sorted(drill.edits))
     assert all((ROOT / path).is_file() for path in listed), sorted(listed)
 
 
-@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.section)
+@pytest.mark.parametrize("drill", DRILLS, ids=lambda d: d.what or d.section)
 def test_drill_in_a_scratch_copy(drill: Drill, tmp_path: Path) -> None:
     root = scratch_copy(tmp_path / "checkout")
     for path, change in drill.edits.items():
         edit(root, path, change)
-    for args in drill.checks:
-        proc = run(root, list(args), env={"TRITON_INTERPRET": "1"})
+    checks = [(args, {"TRITON_INTERPRET": "1"}) for args in drill.checks]
+    checks += [(args, {}) for args in drill.uninterpreted]
+    for args, env in checks:
+        proc = run(root, list(args), env=env)
         output = (proc.stdout + proc.stderr)[-6000:]
         assert proc.returncode == 0, f"{drill.section}: {' '.join(args)[:200]}\n{output}"
+
+
+def test_a_row_the_existing_tests_do_not_reach_fails_its_drill(tmp_path: Path) -> None:
+    """The drills' pytest wrapper fails when the tests it runs pass without running a test of
+    the new row (as a row would whose tests needed an edit in a test file the doc omits)."""
+    args = ["-c", TESTS_OF, "nosuchrow", "-q", "-p", "no:cacheprovider", "-k",
+            "nosuchrow or derived", "tests/search_space/test_primitives.py"]  # fmt: skip
+    proc = run(ROOT, args, env={"NORMFREE_KERNEL_CACHE": str(tmp_path)})
+    assert proc.returncode != 0 and "('nosuchrow', [])" in proc.stderr, proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout  # the other test ran and passed: only the count fails

@@ -1,5 +1,6 @@
-"""Every catalog candidate's kernels compile for Hopper (sm_90) with no GPU, and the forward's
-PTX moves each element of x and y exactly once with 16-byte vector accesses.
+"""Every catalog candidate's kernels, and every primitive's (its row's example formula), compile
+for Hopper (sm_90) with no GPU, and the forward's PTX moves each element of x and y exactly once
+with 16-byte vector accesses.
 
 Compilation runs in a child process without TRITON_INTERPRET (an interpreter process cannot
 compile; see normfree/kernels/_aot.py).
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from normfree.search_space import catalog
+from normfree.search_space.primitives import PRIMITIVES
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,15 @@ def test_every_candidate_compiles_for_sm90(report: dict) -> None:
             assert key in compiled, key
     assert all(r["cubin_bytes"] > 0 for r in report["kernels"])
     assert report["target"] == "cuda:90"
+
+
+def test_every_primitive_compiles_for_sm90(report: dict) -> None:
+    """Each row's example formula, under its catalog name where an entry is that formula."""
+    by_formula = {c.formula: c.name for c in catalog.all()}
+    compiled = {(r["name"], r["kernel"]) for r in report["kernels"]}
+    for prim in PRIMITIVES:
+        name = by_formula.get(prim.formula, prim.formula)
+        assert {(name, "fwd"), (name, "bwd")} <= compiled, prim.name
 
 
 def test_forward_moves_each_element_once_vectorised(report: dict) -> None:

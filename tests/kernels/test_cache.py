@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 from normfree.kernels import _cache, compile_candidate
-from normfree.kernels._codegen import generator_sources
+from normfree.kernels._codegen import generator_sources, imported_modules
 from normfree.search_space import catalog
 from tests.extend.scratch import edit, run, scratch_copy
 
@@ -68,6 +69,13 @@ def test_the_key_covers_every_source_of_a_kernel() -> None:
     assert {"kernels/_codegen.py", "kernels/_printers.py", "search_space/primitives.py",
             "search_space/_fits.py"} <= names  # fmt: skip
     assert "kernels/_cache.py" not in names and "kernels/_ops.py" not in names  # not generators
+
+
+def test_the_key_follows_relative_imports_too() -> None:
+    tree = ast.parse("from . import _x\nfrom ..search_space.y import z\nimport normfree.a")
+    names = set(imported_modules(tree, "normfree.kernels"))
+    assert {"normfree.kernels._x", "normfree.search_space.y", "normfree.search_space.y.z",
+            "normfree.a"} <= names  # fmt: skip
 
 
 def test_concurrent_processes_write_once_and_others_reuse(

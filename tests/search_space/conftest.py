@@ -1,4 +1,5 @@
-"""Shared pieces of the search_space tests (the catalog's references: ``tests/references.py``)."""
+"""Shared pieces of the search_space tests (the catalog's references: ``tests/references.py``;
+expected properties: ``expected.py``)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from normfree.search_space import U, evaluate, parse, transforms
 from normfree.search_space._numeric import disallowed_nodes
 from normfree.search_space.catalog import names as catalog_names
 from tests.references import reference
+from tests.search_space.expected import PROPERTIES
 
 DENSE = np.unique(np.concatenate([np.linspace(-12, 12, 2401), [0.0, 1e-30, -1e-30, 1e-7]]))
 
@@ -39,25 +40,12 @@ def test_derivative_matches_finite_differences_of_the_reference(catalog, name):
     np.testing.assert_allclose(got[smooth], central[smooth], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("name", "slope"),
-    [
-        # true slope 1 at 0 (naive autograd through sign(u)*g(|u|) gives 0)
-        ("expsign", 1.0),
-        ("logsignclip", 1.0),
-        ("saturlog", 1.0),
-        ("logsign", 1.0),
-        ("erf", 2 / np.sqrt(np.pi)),
-        ("cubsign", 0.0),
-        ("linearclip", 1.0),
-        # infinite slope: the central secant with h = 1e-3 (documented convention)
-        ("exproot", (1 - np.exp(-np.sqrt(1e-3))) / 1e-3),
-        ("power23clip", 1e-3 ** (2 / 3) / 1e-3),
-        ("power23", 1e-3 ** (2 / 3) / 1e-3),
-    ],
-)
-def test_slope_at_zero(catalog, name, slope):
-    c = catalog.get(name)
+@pytest.mark.parametrize("name", [n for n, want in PROPERTIES.items() if "slope0" in want])
+def test_slope_at_zero(catalog, name):
+    """The exact derivative at 0, the float32/float64 kernels' and the property agree with the
+    expected slope (``expected.PROPERTIES``: true slopes at kinks, secants where infinite)."""
+    slope = PROPERTIES[name]["slope0"]
+    c = catalog.resolve(name)
     exact = float(c.derivative.xreplace({U: sympy.S.Zero}))
     assert exact == pytest.approx(slope, rel=1e-12, abs=1e-15)
     for dtype in (torch.float32, torch.float64):

@@ -7,12 +7,12 @@ from typing import get_args
 import optuna
 import pytest
 
-from normfree.specs import StudyKind, StudySpec
+from normfree.specs import StudyKindName, StudySpec
 from normfree.workers import kinds
 
 
 def test_every_kind_is_registered_once() -> None:
-    assert set(kinds.KINDS) == set(get_args(StudyKind))
+    assert set(kinds.KINDS) == set(get_args(StudyKindName))
     with pytest.raises(ValueError, match="registered twice"):
         kinds.register(kinds.get("search"))
     with pytest.raises(ValueError, match="unknown study kind 'nope'"):

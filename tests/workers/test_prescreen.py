@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from normfree.specs import NormSpec
-from normfree.workers.prescreen import PRESCREEN_STEPS, prescreen
+from normfree.workers.prescreen import prescreen
+from normfree.workers.proxies import PROXIES, PrescreenOptions
 
 
 def _stable(out: dict) -> dict:
@@ -23,19 +28,16 @@ def test_prescreen_is_deterministic_and_reports_every_slot():
         "norm_final",
     ]
     assert all(d["input_std"] > 0 for d in a["layers"])
-    assert a["steps"] == PRESCREEN_STEPS and a["std_growth"] > 0
+    assert a["steps"] == PROXIES["vit-tiny"].prescreen.steps and a["std_growth"] > 0
 
 
-def test_prescreen_flags_an_operator_that_cannot_survive():
-    # no normalization at all, at a learning rate no network survives
-    from normfree.workers import prescreen as mod
-
-    old = mod.LR_MULTIPLIER
-    mod.LR_MULTIPLIER = 5000.0
-    try:
-        out = prescreen("identity", proxy="vit-tiny", seed=0)
-    finally:
-        mod.LR_MULTIPLIER = old
+def test_prescreen_flags_an_operator_that_cannot_survive(monkeypatch: pytest.MonkeyPatch):
+    # no normalization at all, at a learning rate no network survives (the preset's own options)
+    tiny = PROXIES["vit-tiny"]
+    monkeypatch.setitem(
+        PROXIES, "vit-tiny", replace(tiny, prescreen=PrescreenOptions(lr_mult=5000.0))
+    )
+    out = prescreen("identity", proxy="vit-tiny", seed=0)
     assert out["survives"] is False and out["ok"] is False
 
 

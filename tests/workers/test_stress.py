@@ -31,7 +31,7 @@ def test_stress_presets_are_registered_and_aggressive():
         p, b = PROXIES[name], PROXIES[base]
         assert p.task == b.task and p.objective == b.objective
         assert p.lr > b.lr and p.warmup_epochs <= 0.5
-        assert p.extra["prescreen_lr_mult"] == 1.0
+        assert p.prescreen.lr_mult == 1.0
     # reduced precision is vit-stress's axis; dit-stress stays fp32 (bf16 is slow on AVX2 CPUs)
     assert PROXIES["vit-stress"].precision == "bf16"
     # a diffusion loss starts near the zero-noise predictor's: twice that is a destroyed model
@@ -82,7 +82,7 @@ def test_prescreen_predicts_the_identity_unstable_deterministically():
     assert a["unstable"] is True and a["out_growth"] > 20
     ln = prescreen("layernorm", proxy="vit-stress", seed=0)
     assert ln["unstable"] is False and ln["out_growth"] < 5
-    assert ln["steps"] == PROXIES["vit-stress"].extra["prescreen_steps"]
+    assert ln["steps"] == PROXIES["vit-stress"].prescreen.steps
 
 
 def test_first_spike():

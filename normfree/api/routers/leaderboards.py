@@ -5,16 +5,28 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, reads
-from normfree.api.deps import GroupQuery, PropertyQuery, Reader, StateDep, StudyIdQuery
+from normfree.api import cache, export, reads
+from normfree.api.deps import (
+    FormatQuery,
+    GroupQuery,
+    PropertyQuery,
+    Reader,
+    StateDep,
+    StudyIdQuery,
+)
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import LeaderboardPublic
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"])
 
 
-@router.get("/{proxy}", response_model=LeaderboardPublic, responses={404: {"model": ErrorBody}})
+@router.get(
+    "/{proxy}",
+    response_model=LeaderboardPublic,
+    responses={404: {"model": ErrorBody}, **export.FILE_RESPONSES},
+)
 async def get_leaderboard(
     request: Request,
     state: StateDep,
@@ -23,13 +35,25 @@ async def get_leaderboard(
     group: GroupQuery = None,
     properties: PropertyQuery = None,
     study_id: StudyIdQuery = None,
+    format: FormatQuery = "json",
 ) -> Response:
     """Arms of ``proxy`` ranked by the pessimistic end of their 95% t interval (one lucky seed
     cannot top the board), with diverged counts, Welch's test against the best, and the paired
     difference to LayerNorm on shared seeds.
 
     Built from per-arm summaries and cached until one of the proxy's trials finishes; sends an
-    ETag (``If-None-Match`` answers 304)."""
+    ETag (``If-None-Match`` answers 304). ``format=csv|parquet``: the rows as a table, one
+    arm a row (``api.export``)."""
+    if format != "json":
+        rows = await run_in_threadpool(
+            export.leaderboard_rows,
+            state,
+            proxy,
+            group=group,
+            properties=properties,
+            study_id=study_id,
+        )
+        return export.respond(rows, format, f"leaderboard-{proxy}")
     key = await reads.small_read(
         state, reads.leaderboard_key, state, proxy, group, properties, study_id
     )

@@ -366,7 +366,7 @@ async def page_study(
             )
         elif detail.progress.finished:
             parts.note("No plot: no trial of this study completed (why, per arm, is below).")
-        if figure is None and detail.status in LIVE_STATUSES:
+        if figure is None and detail.progress.state in LIVE_STATUSES:
             # an empty div the live view draws into as soon as a cell finishes
             figure = '<div id="study-figure"><p class="muted">No cell has finished yet.</p></div>'
         importance = None
@@ -379,7 +379,7 @@ async def page_study(
                 ),
                 None,
             )
-        live = detail.status in LIVE_STATUSES
+        live = detail.progress.state in LIVE_STATUSES
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
         study_fidelity = parts.build(
@@ -568,7 +568,13 @@ async def page_submit_post(
         return _render(request, "submit.html", 422, form=form, result=None, error=msg)
     except ApiError as exc:
         return _render(
-            request, "submit.html", exc.status_code, form=form, result=None, error=exc.message
+            request,
+            "submit.html",
+            exc.status_code,
+            form=form,
+            result=None,
+            error=exc.message,
+            token_refused=exc.status_code in (401, 403),  # the page's script forgets it
         )
 
     def page() -> Response:

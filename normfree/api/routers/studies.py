@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import budget, cache, offload, reads, security, services
-from normfree.api.deps import IdPath, Reader, StateDep, WritePrincipal
+from normfree.api import budget, cache, export, offload, reads, security, services
+from normfree.api.deps import FormatQuery, IdPath, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
+    ArmList,
     StudyCreate,
     StudyDeleted,
     StudyDetail,
@@ -18,7 +19,7 @@ from normfree.api.schemas import (
     StudyPublic,
     TrialPage,
 )
-from normfree.specs import StudyKind, StudyStatus, TrialRowStatus
+from normfree.specs import StudyKindName, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -83,7 +84,7 @@ def list_studies(
     state: StateDep,
     _reader: Reader,
     status: StudyStatus | None = None,
-    kind: StudyKind | None = None,
+    kind: StudyKindName | None = None,
 ) -> StudyList:
     """Studies, newest first, with their progress."""
     return services.list_studies(state, status=status, kind=kind)
@@ -126,7 +127,11 @@ async def get_study(
     return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))
 
 
-@router.get("/{study_id}/trials", response_model=TrialPage, responses={404: {"model": ErrorBody}})
+@router.get(
+    "/{study_id}/trials",
+    response_model=TrialPage,
+    responses={404: {"model": ErrorBody}, **export.FILE_RESPONSES},
+)
 def list_study_trials(
     state: StateDep,
     _reader: Reader,
@@ -139,13 +144,34 @@ def list_study_trials(
         list[TrialRowStatus] | None,
         Query(max_length=7, description="Repeatable: only trials in these statuses."),
     ] = None,
-) -> TrialPage:
+    format: FormatQuery = "json",
+) -> TrialPage | Response:
     """A study's trials, a page at a time, in id order. Paging by id (not by offset) means a
     trial that finishes or is added while a client pages never makes a row appear twice or go
-    missing."""
-    return services.list_study_trials(
-        state, study_id, limit=limit, cursor=cursor, status=list(status) if status else None
-    )
+    missing. ``format=csv|parquet``: every trial (of ``status``) as one file, a row per trial
+    with its config, metrics and diagnostics summary (``api.export``; no paging)."""
+    statuses = list(status) if status else None
+    if format != "json":
+        return export.respond(
+            export.trial_rows(state, study_id, statuses), format, f"study-{study_id}-trials"
+        )
+    return services.list_study_trials(state, study_id, limit=limit, cursor=cursor, status=statuses)
+
+
+@router.get(
+    "/{study_id}/arms",
+    response_model=ArmList,
+    responses={404: {"model": ErrorBody}, **export.FILE_RESPONSES},
+)
+def list_study_arms(
+    state: StateDep, _reader: Reader, study_id: IdPath, format: FormatQuery = "json"
+) -> ArmList | Response:
+    """A study's arms (its cells: mean and CI per function and transform value or option
+    combination), as ``GET /api/studies/{id}`` shows them; ``format=csv|parquet`` as a file."""
+    if format != "json":
+        return export.respond(export.arm_rows(state, study_id), format, f"study-{study_id}-arms")
+    cells = services.get_study(state, study_id, trials=False).cells
+    return ArmList(study_id=study_id, count=len(cells), items=cells)
 
 
 def _control(action: str):

@@ -7,6 +7,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from normfree.api import schemas as S
@@ -18,6 +19,7 @@ from normfree.settings import Settings
 from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
+from normfree.workers import progress
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -26,34 +28,55 @@ log = logging.getLogger(__name__)
 
 
 def _progress(
-    repo: RepositoryLike, study_id: int, counts: Mapping[str, int] | None = None
+    repo: RepositoryLike,
+    study_id: int,
+    snap: progress.Snapshot | None = None,
+    best: progress.BestArm | None = None,
 ) -> S.StudyProgress:
-    """Counts per status (an index-only count over the study's rows)."""
-    from normfree.storage import reads
+    """A study's public progress (``workers.progress``); ``snap`` when already read."""
+    if snap is None:
+        snap = progress.snapshot(repo.db, study_id)
+        if snap is None:
+            raise not_found("study", study_id)
+    return public_progress(snap.progress(best))
 
-    if counts is None:
-        with repo.db.read() as conn:
-            counts = reads.study_counts(conn, study_id)
-    c = dict(counts)
-    total = sum(c.values())
-    finished = total - c.get("WAITING", 0) - c.get("RUNNING", 0)
+
+def public_progress(p: progress.Progress) -> S.StudyProgress:
+    """``workers.progress.Progress`` as the API's StudyProgress."""
+    c = p.counts
     return S.StudyProgress(
-        total=total,
-        waiting=c.get("WAITING", 0),
-        running=c.get("RUNNING", 0),
-        complete=c.get("COMPLETE", 0),
-        diverged=c.get("DIVERGED", 0),
-        pruned=c.get("PRUNED", 0),
-        failed=c.get("FAILED", 0),
-        cancelled=c.get("CANCELLED", 0),
-        finished=finished,
-        fraction=finished / total if total else 0.0,
+        state=p.state,
+        total=p.total,
+        waiting=c["WAITING"],
+        running=c["RUNNING"],
+        complete=c["COMPLETE"],
+        diverged=c["DIVERGED"],
+        pruned=c["PRUNED"],
+        failed=c["FAILED"],
+        cancelled=c["CANCELLED"],
+        finished=p.finished,
+        fraction=p.fraction,
+        throughput_per_min=p.throughput_per_min,
+        window_trials=p.window_trials,
+        last_finished_at=p.last_finished_at,
+        eta_s=p.eta_s,
+        eta_at=p.eta_at,
+        best=None if p.best is None else S.BestArm(**asdict(p.best)),
     )
 
 
 def _study_public(
-    state: ServiceState, row: Mapping[str, Any], counts: Mapping[str, int] | None = None
+    state: ServiceState,
+    row: Mapping[str, Any],
+    snap: progress.Snapshot | None = None,
+    best: progress.BestArm | None = None,
 ) -> S.StudyPublic:
+    """The study's public row; its status and progress from one snapshot (``snap``, read now
+    when None), so the status never disagrees with the counts beside it."""
+    if snap is None:
+        snap = progress.snapshot(state.db, row["id"])
+        if snap is None:
+            raise not_found("study", row["id"])
     spec = row["spec"]
     unreadable = [] if isinstance(spec, Mapping) else ["spec"]  # corrupt: shown empty, named
     return S.StudyPublic(
@@ -61,12 +84,12 @@ def _study_public(
         kind=row["kind"],
         name=row.get("name"),
         proxy=row["proxy"],
-        status=row["status"],
+        status=snap.status,
         spec=spec if isinstance(spec, Mapping) else {},
         unreadable=unreadable,
         created_at=row.get("created_at"),
-        updated_at=row.get("updated_at"),
-        progress=_progress(state.repo, row["id"], counts),
+        updated_at=snap.updated_at,
+        progress=_progress(state.repo, row["id"], snap, best),
         running_in_background=bool(state.runner and state.runner.is_active(row["id"])),
     )
 
@@ -187,8 +210,29 @@ def list_studies(
     rows = state.repo.list_studies(status=status)
     if kind:
         rows = [r for r in rows if r["kind"] == kind]
-    items = [_study_public(state, r) for r in rows]
+    items = []
+    for r in rows:
+        snap = progress.snapshot(state.db, r["id"])
+        if snap is not None:  # deleted since the list was read
+            items.append(_study_public(state, r, snap))
     return S.StudyList(count=len(items), items=items)
+
+
+def arm_of(
+    trial: Mapping[str, Any], transform: str | None
+) -> tuple[str, str, bool, float | None, dict[str, Any]]:
+    """(function, label, baseline, transform value, options) of the study arm a trial belongs
+    to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
+    from normfree.storage.leaderboard import arm_text, identity
+
+    ax = dict(trial.get("axis_values") or {})
+    ax.pop("seed", None)
+    function = identity(str(ax.pop("function", trial["candidate"])))
+    baseline = bool(ax.pop("baseline", False))
+    value = ax.pop(transform, None) if transform else None
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None
+    return function, arm_text(function, value, ax), baseline, value, ax
 
 
 def _cells(
@@ -197,29 +241,19 @@ def _cells(
     """Aggregate a study's trials per arm (function x transform value / option combination)."""
     from normfree.api.services.leaderboards import public_failure
     from normfree.storage import failures, stats
-    from normfree.storage.leaderboard import arm_text, identity
 
     transform = spec.get("transform")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
-        ax = dict(t.get("axis_values") or {})
-        ax.pop("seed", None)
-        # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms
-        ax["function"] = identity(str(ax.get("function", t["candidate"])))
-        groups[tuple(sorted((k, str(v)) for k, v in ax.items()))].append(t)
+        # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms;
+        # the best arm of the study's progress groups the same way
+        groups[progress.arm_of(t, transform)].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
-        ax = dict(ts[0].get("axis_values") or {})
-        ax.pop("seed", None)
-        function = identity(str(ax.pop("function", ts[0]["candidate"])))
-        baseline = bool(ax.pop("baseline", False))
-        value = ax.pop(transform, None) if transform else None
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
+        function, label, baseline, value, ax = arm_of(ts[0], transform)
         summ = stats.summarize(_values_by_seed(ts))
-        label = arm_text(function, value, ax)
         cells.append(
             S.StudyCell(
                 function=function,
@@ -272,31 +306,29 @@ def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
     return {kind: report}
 
 
-def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], dict[str, int]]:
-    """What a study's summary shows depends on, read cheaply; plus the row and the counts.
+def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], progress.Snapshot]:
+    """What a study's summary shows depends on, read cheaply; plus the row and the snapshot.
 
     A trial only moves forward (WAITING -> RUNNING -> a final status) and is never deleted, so the
     per-status counts change whenever a trial finishes or is added: with the study row's status
-    and update time they say whether the cells (and the progress) changed.
+    and update time they say whether the cells (and the progress) changed. The status and the
+    counts come from one read transaction (``workers.progress.snapshot``): read apart, a
+    study finishing between the two reads showed "running" beside "14/14 finished".
     """
-    from normfree.storage import reads
-
     row = state.repo.get_study(study_id)
-    if row is None:
+    snap = progress.snapshot(state.db, study_id)
+    if row is None or snap is None:
         raise not_found("study", study_id)
-    with state.db.read() as conn:
-        counts = reads.study_counts(conn, study_id)
-    key = (study_id, row["status"], row["updated_at"], tuple(sorted(counts.items())))
-    return key, row, counts
+    return (study_id, *snap.key), row, snap
 
 
 def _study_cells(
     state: ServiceState, key: Any, row: Mapping[str, Any]
-) -> tuple[list[S.StudyCell], Any, Any, Any, list[str]]:
-    """(cells, objective, direction, generate report, what could not be read) of a study,
-    built once per ``key``."""
+) -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None]:
+    """(cells, objective, direction, generate report, what could not be read, best arm) of a
+    study, built once per ``key``."""
 
-    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str]]:
+    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None]:
         from normfree.storage import reads
 
         fields = (
@@ -319,7 +351,8 @@ def _study_cells(
             except Exception:  # unknown proxy in an old study: leave the objective unnamed
                 pass
         generate = _kind_report(state, row["kind"], row["id"])
-        return cells, objective, direction, generate, unreadable
+        best = progress.best_arm(trials, spec.get("transform"), direction or "maximize")
+        return cells, objective, direction, generate, unreadable, best
 
     return state.cache.get_or_build((("study-cells", row["id"]), key), build)
 
@@ -343,9 +376,9 @@ def _unreadable_axes(trials: list[dict[str, Any]]) -> list[str]:
 def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.StudyDetail:
     """A study with progress and cells; ``trials`` adds every trial (use the paged list at scale:
     ``list_study_trials``)."""
-    key, row, counts = study_key(state, study_id)
-    cells, objective, direction, generate, unreadable = _study_cells(state, key, row)
-    pub = _study_public(state, row, counts)
+    key, row, snap = study_key(state, study_id)
+    cells, objective, direction, generate, unreadable, best = _study_cells(state, key, row)
+    pub = _study_public(state, row, snap, best)
     pub = pub.model_copy(update={"unreadable": [*pub.unreadable, *unreadable]})
     listed: list[S.TrialSummary] = []
     if trials:
@@ -367,8 +400,8 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
 def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:
     """The study, its status and progress without its cells: what a page still shows when the
     cells cannot be built from its stored trials."""
-    _key, row, counts = study_key(state, study_id)
-    return S.StudyDetail(**_study_public(state, row, counts).model_dump(), cells=[], trials=[])
+    _key, row, snap = study_key(state, study_id)
+    return S.StudyDetail(**_study_public(state, row, snap).model_dump(), cells=[], trials=[])
 
 
 def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:

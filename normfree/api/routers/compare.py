@@ -1,0 +1,167 @@
+"""Comparing runs and looking into a search: ``/compare`` (learning curves of chosen trials or
+a study's arms on one plot) and ``/studies/{id}/search`` (a search's history, importance and
+pruning timeline), each with its JSON twin under ``/api``, built by the same service
+(:mod:`normfree.api.compare`, :mod:`normfree.api.search`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from normfree.api import comparison_plots, plots
+from normfree.api.compare import Comparison, compare
+from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
+from normfree.api.errors import ErrorBody
+from normfree.api.search import SearchView, search_view
+
+api_router = APIRouter()
+page_router = APIRouter(include_in_schema=False)
+
+TrialsQuery = Annotated[
+    list[str] | None,
+    Query(
+        max_length=400,
+        description="Trial ids, comma-separated or repeated (at most 20): `trials=3,7,12`.",
+    ),
+]
+ArmsQuery = Annotated[
+    list[str] | None,
+    Query(
+        alias="arm",
+        max_length=300,
+        description="With `study`: an arm's label as the study's cells spell it "
+        "(`erf`, `erf @ 0.5`, `erf [alpha0=1]`), repeated (at most 12).",
+    ),
+]
+ArmListQuery = Annotated[
+    str | None,
+    Query(
+        alias="arms",
+        max_length=2000,
+        description="With `study`: arm labels in one comma list (commas inside () and [] kept).",
+    ),
+]
+MetricQuery = Annotated[
+    str | None,
+    Query(max_length=100, description="The metric to overlay (default: the objective)."),
+]
+StudyQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_ID, description="A study, whose arms `arm` names.")
+]
+
+
+def _arms(arm: list[str] | None, arms: str | None) -> list[str]:
+    return [*(arm or []), *([arms] if arms else [])]
+
+
+@api_router.get(
+    "/compare",
+    response_model=Comparison,
+    summary="Compare learning curves",
+    tags=["trials"],
+    responses={404: {"model": ErrorBody}},
+)
+def get_compare(
+    state: StateDep,
+    _reader: Reader,
+    trials: TrialsQuery = None,
+    study: StudyQuery = None,
+    arm: ArmsQuery = None,
+    arms: ArmListQuery = None,
+    metric: MetricQuery = None,
+) -> Comparison:
+    """Learning curves of chosen trials (`trials=3,7,12`) or of a study's arms
+    (`study=4&arm=erf&arm=tanh`: every seed of each arm), for one plot: each trial's curve
+    points, the metrics they hold and the one chosen (`metric`, default the objective)."""
+    return compare(state, trials=trials, study_id=study, arms=_arms(arm, arms), metric=metric)
+
+
+@api_router.get(
+    "/studies/{study_id}/search",
+    response_model=SearchView,
+    summary="Search view: history, importance, pruning",
+    tags=["studies"],
+    responses={404: {"model": ErrorBody}},
+)
+def get_search(state: StateDep, _reader: Reader, study_id: IdPath) -> SearchView:
+    """A search or generate study's optimisation history (objective per trial in Optuna's ask
+    order, best so far), property importance and pruning timeline (epochs each trial ran; the
+    epoch a pruned one stopped at). 404 for other kinds."""
+    return search_view(state, study_id)
+
+
+def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
+    templates = request.app.state.templates
+    return templates.TemplateResponse(request, name, context, status_code=status_code)
+
+
+@page_router.get("/compare", response_class=HTMLResponse, name="page_compare")
+async def page_compare(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    trials: TrialsQuery = None,
+    study: StudyQuery = None,
+    arm: ArmsQuery = None,
+    arms: ArmListQuery = None,
+    metric: MetricQuery = None,
+) -> Response:
+    """The chosen curves on one plot, a metric selector and the trials drawn. With nothing
+    chosen: how to choose (a form for trial ids; the study pages link arms here)."""
+    chosen = _arms(arm, arms)
+
+    def build() -> Response:
+        if not trials and study is None:
+            return _render(request, "compare.html", comparison=None, figure=None, notices=[])
+        result = compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
+        data = result.model_dump(mode="json")
+        figure = None
+        notices: list[str] = []
+        if result.metric is None:
+            notices.append("None of the chosen trials has reported an epoch yet: no curve.")
+        else:
+            figure = plots.to_div(comparison_plots.compare_figure(data), "compare-figure")
+        return _render(
+            request,
+            "compare.html",
+            comparison=result,
+            figure=figure,
+            notices=notices,
+            trials_text=",".join(str(t.id) for t in result.trials) if trials else "",
+            arms=chosen,
+        )
+
+    return await run_in_threadpool(build)
+
+
+@page_router.get("/studies/{study_id}/search", response_class=HTMLResponse, name="page_search")
+async def page_search(
+    request: Request, state: StateDep, _reader: Reader, study_id: IdPath
+) -> Response:
+    """A search's optimisation history, property importance and pruning timeline."""
+
+    def build() -> Response:
+        view = search_view(state, study_id)
+        data = view.model_dump(mode="json")
+        figures: dict[str, str | None] = {"history": None, "importance": None, "pruning": None}
+        notices: list[str] = []
+        if any(t["value"] is not None or t["last_value"] is not None for t in data["trials"]):
+            figures["history"] = plots.to_div(
+                comparison_plots.history_figure(data), "history-figure"
+            )
+        else:
+            notices.append("No trial has a result yet: the history starts with the first.")
+        if data["importance"] and data["importance"].get("features"):
+            figures["importance"] = plots.to_div(
+                plots.importance_figure(data["importance"]), "importance-figure"
+            )
+        if any(t["epochs_run"] for t in data["trials"]):
+            figures["pruning"] = plots.to_div(
+                comparison_plots.pruning_figure(data["trials"]), "pruning-figure"
+            )
+        return _render(request, "search.html", view=view, figures=figures, notices=notices)
+
+    return await run_in_threadpool(build)

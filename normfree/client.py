@@ -1,0 +1,258 @@
+"""A Python client for a normfree server: studies, trials, arms and leaderboards as data frames.
+
+    from normfree import Client
+
+    nf = Client("http://127.0.0.1:8000", token="...")        # the token only for writes
+    study = nf.create_study(kind="property", proxy="vit-tiny", functions=["erf", "tanh"],
+                            transform="shift_h", values=[-1, 0, 1], seeds=3)
+    nf.wait(study["id"])                                      # a progress bar until it ends
+    trials = nf.to_dataframe("trials", study["id"])           # config, metrics, diagnostics
+    arms = nf.to_dataframe("arms", study["id"])               # mean and CI per arm
+    board = nf.to_dataframe("leaderboard", "vit-tiny")
+
+It speaks the REST API over HTTP (httpx) and nothing else, so a notebook needs no database
+access and no torch. The tables are the server's exports (``?format=parquet``, or CSV where
+pyarrow is missing), so a data frame has the same columns and numbers as ``normfree export``
+and the JSON. Errors are :class:`ClientError` with the server's status, code and sentence.
+
+Storing a trial trained in the notebook (``train_trial``) is :func:`normfree.record_trial`,
+which writes the database directly: the API takes results only from its own workers.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+What = Literal["trials", "arms", "leaderboard"]
+# Statuses a study does not leave by itself: wait() returns at them.
+SETTLED = ("complete", "failed", "cancelled", "paused")
+
+
+class ClientError(RuntimeError):
+    """The server refused a request: ``status`` (HTTP), ``error`` (its code), the message."""
+
+    def __init__(self, status: int, error: str, message: str, detail: Any = None) -> None:
+        super().__init__(f"{status} {error}: {message}")
+        self.status = status
+        self.error = error
+        self.message = message
+        self.detail = detail
+
+
+class Client:
+    """A normfree server at ``url``. ``token``: a write token (``normfree token create``), sent
+    only where it matters to the server (creating and steering studies; reads, unless the
+    server keeps them private). ``http``: an ``httpx.Client`` to use instead of a new one
+    (a test's client of the app, a proxy's settings); its base URL is then the server's."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._own = http is None
+        self.http = http or httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
+        self._headers = headers
+
+    def close(self) -> None:
+        """Close the connection pool (when this client made it)."""
+        if self._own:
+            self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        headers = {**self._headers, **kw.pop("headers", {})}
+        r = self.http.request(method, path, headers=headers, **kw)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = {}
+            if not isinstance(body, dict):
+                body = {}
+            raise ClientError(
+                r.status_code,
+                str(body.get("error") or r.reason_phrase),
+                str(body.get("message") or r.text[:500]),
+                body.get("detail"),
+            )
+        return r
+
+    def _get(self, path: str, **params: Any) -> Any:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", path, params=clean).json()
+
+    # -- studies ----------------------------------------------------------------------------
+
+    def create_study(self, **spec: Any) -> dict[str, Any]:
+        """Create a study (the fields of ``POST /api/studies``: kind, proxy, functions, seeds,
+        ...); the server plans it and runs it in the background. Its public row, with ``id``."""
+        return self._request("POST", "/api/studies", json=spec).json()
+
+    def run_study(
+        self, *, timeout: float | None = None, progress: bool = True, **spec: Any
+    ) -> dict[str, Any]:
+        """:meth:`create_study`, then :meth:`wait` for it: the finished study."""
+        created = self.create_study(**spec)
+        return self.wait(created["id"], timeout=timeout, progress=progress)
+
+    def studies(self, *, status: str | None = None, kind: str | None = None) -> list[dict]:
+        """Studies, newest first, with their progress."""
+        return self._get("/api/studies", status=status, kind=kind)["items"]
+
+    def study(self, study_id: int) -> dict[str, Any]:
+        """A study's summary: status, progress and cells (its trials: :meth:`trials`)."""
+        return self._get(f"/api/studies/{int(study_id)}", trials="false")
+
+    def pause(self, study_id: int) -> dict[str, Any]:
+        return self._request("POST", f"/api/studies/{int(study_id)}/pause").json()
+
+    def resume(self, study_id: int) -> dict[str, Any]:
+        return self._request("POST", f"/api/studies/{int(study_id)}/resume").json()
+
+    def cancel(self, study_id: int) -> dict[str, Any]:
+        return self._request("POST", f"/api/studies/{int(study_id)}/cancel").json()
+
+    def wait(
+        self,
+        study_id: int,
+        *,
+        timeout: float | None = None,
+        poll: float = 2.0,
+        progress: bool | Callable[[dict[str, Any]], None] = True,
+    ) -> dict[str, Any]:
+        """Poll the study until it is complete, failed, cancelled or paused; its summary.
+
+        ``progress``: True draws a bar of finished trials (tqdm), a callable is given each
+        summary instead, False is silent. Polls are conditional (``If-None-Match``): an
+        unchanged study costs the server a 304. ``TimeoutError`` after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar = None
+        if progress is True:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=0, unit="trial", desc=f"study {study_id}")
+        summary = None
+        try:
+            for summary in self._polls(study_id, poll, deadline):
+                p = summary["progress"]
+                if bar is not None:
+                    bar.total = p["total"]
+                    bar.n = p["finished"]
+                    bar.set_postfix_str(summary["status"], refresh=False)
+                    bar.refresh()
+                elif callable(progress):
+                    progress(summary)
+                if summary["status"] in SETTLED:
+                    return summary
+        finally:
+            if bar is not None:
+                bar.close()
+        status = summary["status"] if summary else "unknown"
+        raise TimeoutError(f"study {study_id} still {status} after {timeout} s")
+
+    def _polls(self, study_id: int, poll: float, deadline: float | None) -> Iterator[dict]:
+        """The study's summary at each poll until ``deadline`` (one last poll at it)."""
+        path, etag, summary = f"/api/studies/{int(study_id)}", None, None
+        while True:
+            headers = {"If-None-Match": etag} if etag and summary is not None else {}
+            r = self._request("GET", path, params={"trials": "false"}, headers=headers)
+            if r.status_code != 304:
+                summary, etag = r.json(), r.headers.get("etag")
+            assert summary is not None
+            yield summary
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            left = poll if deadline is None else deadline - time.monotonic()
+            time.sleep(max(0.0, min(poll, left)))
+
+    # -- trials, arms, leaderboards -----------------------------------------------------------
+
+    def trials(self, study_id: int, *, status: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every trial of the study (paged through, 1,000 at a time): id, candidate, seed,
+        status, axis values, objective value."""
+        out: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page = self._get(
+                f"/api/studies/{int(study_id)}/trials", limit=1000, cursor=cursor, status=status
+            )
+            out.extend(page["items"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return out
+
+    def trial(self, trial_id: int) -> dict[str, Any]:
+        """One trial with its config, metrics, curves and per-layer diagnostics."""
+        return self._get(f"/api/trials/{int(trial_id)}")
+
+    def arms(self, study_id: int) -> list[dict[str, Any]]:
+        """The study's arms (cells): mean and CI per function and value or options."""
+        return self._get(f"/api/studies/{int(study_id)}/arms")["items"]
+
+    def leaderboard(self, proxy: str, *, study_id: int | None = None) -> dict[str, Any]:
+        """``proxy``'s leaderboard (only ``study_id``'s trials when given)."""
+        return self._get(f"/api/leaderboards/{proxy}", study_id=study_id)
+
+    # -- tables -------------------------------------------------------------------------------
+
+    def export(
+        self,
+        what: What,
+        key: int | str,
+        fmt: Literal["csv", "parquet"] = "csv",
+        *,
+        study_id: int | None = None,
+        status: list[str] | None = None,
+    ) -> bytes:
+        """The server's export of ``what`` as file bytes: ``trials`` or ``arms`` of study
+        ``key``, or the ``leaderboard`` of proxy ``key`` (only ``study_id``'s trials)."""
+        if what == "leaderboard":
+            path, params = f"/api/leaderboards/{key}", {"study_id": study_id}
+        elif what in ("trials", "arms"):
+            path, params = f"/api/studies/{int(key)}/{what}", {"status": status}
+        else:
+            raise ValueError(f"unknown table {what!r}; choose from trials, arms, leaderboard")
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", path, params={**clean, "format": fmt}).content
+
+    def to_dataframe(self, what: What, key: int | str, **kw: Any) -> pd.DataFrame:
+        """:meth:`export` read into pandas: Parquet (typed) where pyarrow is installed here,
+        else CSV (cells the export quoted against spreadsheets read back as written)."""
+        import importlib.util
+
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("to_dataframe needs pandas: pip install 'normfree[export]'") from None
+        if importlib.util.find_spec("pyarrow") is not None:
+            return pd.read_parquet(io.BytesIO(self.export(what, key, "parquet", **kw)))
+        from normfree.csvsafe import uncell
+
+        frame = pd.read_csv(io.BytesIO(self.export(what, key, "csv", **kw)))
+        for col in frame.select_dtypes(include=["object", "string"]).columns:
+            frame[col] = frame[col].map(lambda v: uncell(v) if isinstance(v, str) else v)
+        return frame
+
+
+__all__ = ["Client", "ClientError"]

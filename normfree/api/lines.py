@@ -41,6 +41,7 @@ class FidelityLines:
         self._thread: threading.Thread | None = None
         self._wake = threading.Condition(self._lock)
         self._stamps: dict[Target, int] = {}
+        self._shown_old: set[tuple[Target, Hashable]] = set()
         self.epoch = 0  # every line done (the fast lane's stamp)
 
     def line(
@@ -68,22 +69,29 @@ class FidelityLines:
                 self._ensure_thread()
                 self._wake.notify()
         try:
-            return future.result(timeout=wait_s) if wait_s > 0 else self._latest(target, done)
+            if wait_s > 0:
+                return future.result(timeout=wait_s)
         except FutureTimeout:
-            return self._latest(target, done)
+            pass
         except Exception:
-            if future.cancelled():  # replaced by a newer version while waiting
-                return self._latest(target, done)
-            raise
+            if not future.cancelled():  # else: replaced by a newer version while waiting
+                raise
+        return self._instead(target, version)
 
     def stamp(self, target: Target) -> int:
-        """How many lines of ``target`` are done: a part of the keys of the reads that show
-        it, so that a line done later moves only those reads."""
+        """How many lines of ``target`` were done after a build had shown an older one: a part
+        of the keys of the reads that show it, so that such a line moves only those reads."""
         return self._stamps.get(target, 0)
 
-    def _latest(self, target: Target, fallback: tuple[Hashable, Any] | None) -> Any:
+    def _instead(self, target: Target, version: Hashable) -> Any:
+        """The line shown while ``version``'s is not done: the latest done. Noted, so that
+        the line's end moves ``target``'s stamp (what was shown must be built again); a line
+        that every build waited for moves nothing (they show it already)."""
         with self._lock:
-            done = self._done.get(target, fallback)
+            done = self._done.get(target)
+            if done is not None and done[0] == version:  # done since the wait ended
+                return done[1]
+            self._shown_old.add((target, version))
         return done[1] if done is not None else None
 
     def _ensure_thread(self) -> None:
@@ -111,8 +119,12 @@ class FidelityLines:
             with self._lock:
                 self._running.pop(target, None)
                 self._done[target] = (version, value)
-                self._stamps[target] = self._stamps.get(target, 0) + 1
-                self.epoch += 1
+                # an older line shown for this version, or for one it replaced
+                shown = {k for k in self._shown_old if k[0] == target}
+                if shown:
+                    self._shown_old -= shown
+                    self._stamps[target] = self._stamps.get(target, 0) + 1
+                    self.epoch += 1
             future.set_result(value)
 
     def clear(self) -> None:

@@ -48,6 +48,9 @@ def test_a_line_is_computed_once_per_version_and_never_waited_for_past_the_limit
     release.set()
     assert lines.line(target, 2, slow(2), wait_s=10) == "line 2"
     assert calls == [1, 2] and lines.stamp(target) == 2
+    # a line every build waited for moves nothing: they show it already
+    assert lines.line(target, 4, lambda: "line 4", wait_s=10) == "line 4"
+    assert lines.stamp(target) == 2
     assert lines.stamp(("proxy", ("db", "q"))) == 0  # other targets never move
 
     def broken() -> str:
@@ -55,7 +58,7 @@ def test_a_line_is_computed_once_per_version_and_never_waited_for_past_the_limit
 
     with pytest.raises(ValueError, match="unreadable"):
         lines.line(target, 3, broken, wait_s=10)  # the build that waits sees the failure
-    assert lines.line(target, 3, broken, wait_s=0) == "line 2"  # one that does not: the latest
+    assert lines.line(target, 3, broken, wait_s=0) == "line 4"  # one that does not: the latest
 
 
 def test_a_board_answers_before_its_line_and_shows_it_when_done(

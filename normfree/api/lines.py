@@ -6,10 +6,12 @@ trial moves the board) and, in a process that had not yet resolved the arms' nam
 a shift_h call is a few tenths of a second, a board has hundreds), took the first board after a
 start 10-25 s and every later one tens of ms under a writer (issue 27: first request < 1 s,
 live reads p99 < 50 ms). So a line is computed by one background thread, once per version of
-what it shows, and a build shows the line of the *current* version if it is done within
-``settings.fidelity_line_wait_s``, else the latest line computed (the version before, shown
-as such by its ``cells``), and the board is built again when the current line is done
-(:attr:`FidelityLines.epoch` is part of the boards' keys and of the fast lane's stamp).
+what it shows. A build shows the line of the *current* version if it is done within
+``settings.fidelity_line_wait_s`` (a board's or study's first line) or
+``fidelity_line_rewait_s`` (none by default: once an older line is done), else the latest line
+done (its ``cells`` say what it covers), and the board is built again when the current line is
+done (a target's :meth:`FidelityLines.stamp` is part of its reads' keys, and the
+lines' :attr:`FidelityLines.epoch` of the fast lane's stamp).
 
 A line that fails raises its exception to the build that waits for it (the board names
 ``fidelity`` as unreadable); a build that does not wait shows the previous line.
@@ -45,12 +47,20 @@ class FidelityLines:
         self.epoch = 0  # every line done (the fast lane's stamp)
 
     def line(
-        self, target: Target, version: Hashable, compute: Callable[[], Any], wait_s: float
+        self,
+        target: Target,
+        version: Hashable,
+        compute: Callable[[], Any],
+        wait_s: float,
+        rewait_s: float | None = None,
     ) -> Any:
         """``target``'s line at ``version``: computed (or being computed) in the background;
-        waited for at most ``wait_s``, else the latest line done (None if there is none)."""
+        waited for at most ``wait_s`` (``rewait_s`` when an older line is done: by default the
+        same), else the latest line done (None if there is none)."""
         with self._lock:
             done = self._done.get(target)
+            if done is not None and rewait_s is not None:
+                wait_s = rewait_s
             if done is not None and done[0] == version:
                 return done[1]
             wanted = self._wanted.get(target)
@@ -156,6 +166,7 @@ def proxy_line(state: Any, proxy: str) -> Any:
         version,
         lambda: fidelity.summary(state, proxy=proxy),
         state.settings.fidelity_line_wait_s,
+        state.settings.fidelity_line_rewait_s,
     )
 
 
@@ -175,4 +186,5 @@ def study_line(state: Any, study_id: int) -> Any:
         version,
         lambda: fidelity.summary(state, study_id=study_id),
         state.settings.fidelity_line_wait_s,
+        state.settings.fidelity_line_rewait_s,
     )

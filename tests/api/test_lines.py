@@ -48,9 +48,17 @@ def test_a_line_is_computed_once_per_version_and_never_waited_for_past_the_limit
     release.set()
     assert lines.line(target, 2, slow(2), wait_s=10) == "line 2"
     assert calls == [1, 2] and lines.stamp(target) == 2
+    # once a line is done, a new version's build waits ``rewait_s`` (none on a server)
+    release.clear()
+    t0 = time.perf_counter()
+    assert lines.line(target, 5, slow(5), wait_s=30, rewait_s=0) == "line 2"
+    assert time.perf_counter() - t0 < 5
+    release.set()
+    assert lines.line(target, 5, slow(5), wait_s=30) == "line 5"
+    assert lines.stamp(target) == 3  # an older line was shown for version 5
     # a line every build waited for moves nothing: they show it already
     assert lines.line(target, 4, lambda: "line 4", wait_s=10) == "line 4"
-    assert lines.stamp(target) == 2
+    assert lines.stamp(target) == 3
     assert lines.stamp(("proxy", ("db", "q"))) == 0  # other targets never move
 
     def broken() -> str:

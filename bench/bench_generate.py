@@ -27,13 +27,9 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
 from figures import save
 from machine import describe
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 SAVED = ("duplicate", "constraint", "prescreen", "ranked_out")
 

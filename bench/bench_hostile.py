@@ -34,19 +34,14 @@ import asyncio
 import concurrent.futures
 import multiprocessing as mp
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from figures import latency_figures, save
 from machine import describe
 from readload import Client
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 READS = (
     "/api/candidates",

@@ -106,6 +106,7 @@ def replay(
 
     from normfree.specs import StudySpec
     from normfree.workers import scheduling as sch
+    from normfree.workers.kinds.search import search_distributions
 
     cands = grid["candidates"]
     names = sorted(cands)
@@ -125,7 +126,7 @@ def replay(
     study = optuna.create_study(
         direction="minimize", sampler=sch.make_sampler(spec), pruner=sch.make_pruner(spec)
     )
-    dists = sch.search_distributions(spec)
+    dists = search_distributions(spec)
     cost, asks = 0.0, 0
     done: dict[str, Any] = {}
     best_so_far: tuple[float, str] | None = None

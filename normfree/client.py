@@ -47,6 +47,17 @@ class ClientError(RuntimeError):
         self.detail = detail
 
 
+def _postfix(state: str, progress: dict[str, Any]) -> str:
+    """The bar's words: the state, the server's ETA and the best arm so far, when known."""
+    words = [state]
+    if progress.get("eta_s") is not None:
+        words.append(f"ETA {progress['eta_s']:.0f} s")
+    best = progress.get("best")
+    if best:
+        words.append(f"best {best['label']} {best['mean']:.4g} (n={best['n']})")
+    return ", ".join(words)
+
+
 class Client:
     """A normfree server at ``url``. ``token``: a write token (``normfree token create``), sent
     only where it matters to the server (creating and steering studies; reads, unless the
@@ -142,9 +153,12 @@ class Client:
     ) -> dict[str, Any]:
         """Poll the study until it is complete, failed, cancelled or paused; its summary.
 
-        ``progress``: True draws a bar of finished trials (tqdm), a callable is given each
-        summary instead, False is silent. Polls are conditional (``If-None-Match``): an
-        unchanged study costs the server a 304. ``TimeoutError`` after ``timeout`` seconds.
+        Settled means its status, or the state its counts show (``progress.state``: a study
+        with nothing left to run shows the outcome its driver writes next), is one of those.
+        ``progress``: True draws a bar of finished trials (tqdm) with the server's ETA and the
+        best arm so far, a callable is given each summary instead, False is silent. Polls are
+        conditional (``If-None-Match``): an unchanged study costs the server a 304.
+        ``TimeoutError`` after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = None
@@ -156,14 +170,15 @@ class Client:
         try:
             for summary in self._polls(study_id, poll, deadline):
                 p = summary["progress"]
+                state = p.get("state") or summary["status"]
                 if bar is not None:
                     bar.total = p["total"]
                     bar.n = p["finished"]
-                    bar.set_postfix_str(summary["status"], refresh=False)
+                    bar.set_postfix_str(_postfix(state, p), refresh=False)
                     bar.refresh()
                 elif callable(progress):
                     progress(summary)
-                if summary["status"] in SETTLED:
+                if summary["status"] in SETTLED or state in SETTLED:
                     return summary
         finally:
             if bar is not None:
@@ -210,9 +225,11 @@ class Client:
         """The study's arms (cells): mean and CI per function and value or options."""
         return self._get(f"/api/studies/{int(study_id)}/arms")["items"]
 
-    def leaderboard(self, proxy: str, *, study_id: int | None = None) -> dict[str, Any]:
-        """``proxy``'s leaderboard (only ``study_id``'s trials when given)."""
-        return self._get(f"/api/leaderboards/{proxy}", study_id=study_id)
+    def leaderboard(
+        self, proxy: str, *, study_id: int | None = None, group: str | None = None
+    ) -> dict[str, Any]:
+        """``proxy``'s leaderboard (only ``study_id``'s trials, only arms of ``group``)."""
+        return self._get(f"/api/leaderboards/{proxy}", study_id=study_id, group=group)
 
     # -- tables -------------------------------------------------------------------------------
 
@@ -223,12 +240,14 @@ class Client:
         fmt: Literal["csv", "parquet"] = "csv",
         *,
         study_id: int | None = None,
+        group: str | None = None,
         status: list[str] | None = None,
     ) -> bytes:
         """The server's export of ``what`` as file bytes: ``trials`` or ``arms`` of study
-        ``key``, or the ``leaderboard`` of proxy ``key`` (only ``study_id``'s trials)."""
+        ``key`` (only trials in ``status``), or the ``leaderboard`` of proxy ``key`` (only
+        ``study_id``'s trials, only arms of ``group``)."""
         if what == "leaderboard":
-            path, params = f"/api/leaderboards/{key}", {"study_id": study_id}
+            path, params = f"/api/leaderboards/{key}", {"study_id": study_id, "group": group}
         elif what in ("trials", "arms"):
             path, params = f"/api/studies/{int(key)}/{what}", {"status": status}
         else:

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from normfree.search_space import baselines
 
@@ -220,16 +227,24 @@ class TrialResult(_Frozen):
         return self.metrics.get(self.objective)
 
 
-StudyKindName = Literal["property", "options", "search", "generate"]
+def _registered_kind(name: str) -> str:
+    """A study kind's name is one the registry knows (``workers.kinds``, imported on first use:
+    it imports this module)."""
+    from normfree.workers import kinds
+
+    kinds.get(name)  # ValueError naming the known kinds
+    return name
+
+
+# The name of a registered study kind: the registry is the one list of kinds.
+StudyKindName = Annotated[str, AfterValidator(_registered_kind)]
 
 
 class StudySpec(_Frozen):
     """A study: which trials to run and how to choose them.
 
-    - ``property``: ``functions`` x ``transform`` over ``values`` x ``seeds`` (a full grid).
-    - ``options``: ``functions`` x each combination of ``options`` values x ``seeds``.
-    - ``search``: a sampler picks among ``functions`` (default: the whole catalog), with pruning.
-    - ``generate``: expressions are generated from a grammar (see workers.generate).
+    ``kind`` names a registered study kind (``workers.kinds``), which decides what the other
+    fields mean and reads its typed parameters out of ``params``.
     """
 
     kind: StudyKindName

@@ -16,12 +16,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+BENCH = Path(__file__).resolve().parents[1]
+
+
+def _bench_module(name: str) -> Any:
+    """A module of bench/ (``resumable``), loaded from its file: the lab runs as a script from
+    any directory, and bench/ is not a package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 _VARIANTS: dict[str, Any] = {}
 
@@ -159,7 +171,7 @@ def main() -> None:
         for j in spec["jobs"]
         if (j["variant"], json.dumps(j["norm"], sort_keys=True), j["seed"]) not in done
     ]
-    from resumable import train_rows
+    train_rows = _bench_module("resumable").train_rows
 
     train_rows(run_one, jobs, out, workers=args.workers, desc=out.stem)
 

@@ -3,7 +3,8 @@
 Auth, in one place:
 
 - Writes (every POST) need ``Authorization: Bearer <token>``. No header, or a header that is not
-  a bearer token, answers **401** with ``WWW-Authenticate: Bearer``; a token that is unknown or
+  a bearer token, answers **401** with ``WWW-Authenticate: Bearer``; so does an expired token
+  (``error="invalid_token"``, the message says when it expired); a token that is unknown or
   revoked answers **403**. Tokens are created and revoked with ``normfree token create|revoke``
   and stored hashed by the storage layer; the API only ever compares hashes through it.
 - Reads (GET) are public while ``settings.public_reads`` is true (the default); when it is false,
@@ -20,14 +21,14 @@ Auth, in one place:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api.errors import ApiError
-from normfree.api.export import FORMAT_HELP
+from normfree.api.export import FORMAT_HELP, Format
 from normfree.api.inputs import MAX_DB_INT
 from normfree.api.services import ServiceState
 from normfree.settings import Settings
@@ -49,7 +50,12 @@ PropertyQuery = Annotated[
     ),
 ]
 # ``?format=``: the JSON document (default) or the same items as a file (``api.export``).
-FormatQuery = Annotated[Literal["json", "csv", "parquet"], Query(description=FORMAT_HELP)]
+FormatQuery = Annotated[Format, Query(description=FORMAT_HELP)]
+
+ArchivedQuery = Annotated[bool, Query(description="Show archived rows too (left out by default).")]
+DryRunQuery = Annotated[bool, Query(description="List what would be removed, and remove nothing.")]
+# An arm's key (``storage.arm_key``: a hex digest), as a study's cells list it.
+ArmPath = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
 
 # auto_error=False: we answer missing credentials ourselves, with our error body and a hint.
 bearer = HTTPBearer(
@@ -89,12 +95,23 @@ def _missing_token() -> ApiError:
 
 
 def check_principal(state: ServiceState, token: str | None, scope: str = "write") -> Principal:
-    """Who the token is, or an ApiError: 401 when absent, 403 when unknown, revoked, expired or
-    below ``scope``."""
+    """Who the token is, or an ApiError: 401 when absent or expired, 403 when unknown, revoked
+    or below ``scope``."""
     if not token:
         raise _missing_token()
     who = state.principal(token)
     if who is None:
+        expired = state.repo.token_expiry(token) if len(token) <= 256 else None
+        if expired is not None:
+            # RFC 6750: an expired token is not credentials (401, invalid_token), where an
+            # unknown or revoked one is refused (403); asked only on this failure path
+            raise ApiError(
+                401,
+                "unauthorized",
+                f"the token expired at {expired.isoformat(timespec='seconds')}: create a new "
+                "one with `normfree token create NAME --expires 30d`",
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
         raise ApiError(403, "forbidden", BAD_TOKEN)
     if not who.allows(scope):
         raise ApiError(

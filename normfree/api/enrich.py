@@ -1,13 +1,13 @@
 """Group and properties of the functions behind leaderboard arms, analysed off the request path.
 
-An arm named by a transform call (``shift_h(erf, 0.25)``) has no stored candidate row: its group
-and properties come from ``search_space`` (parse, transform, exact derivative, numeric
-properties), 50-200 ms of sympy per name. A property study has hundreds of such names, so the
-first leaderboard after a start took tens of seconds. Now one background thread analyses names
-as leaderboards meet them (and, at start, every name with finished trials); an unfiltered
+An arm named by a transform call (``shift_h(erf, 0.25)``) has no stored candidate row: its group and
+properties come from ``search_space`` (parse, transform, exact derivative, numeric properties),
+50-200 ms of sympy per name, and a property study has hundreds of such names: on the request path
+the first leaderboard after a start would take tens of seconds. So one background thread analyses
+names as leaderboards meet them (and, at start, every name with finished trials); an unfiltered
 leaderboard shows the analyses done so far, and ``epoch`` (part of the leaderboard's cache key)
-moves when more are done, so the board refreshes. A leaderboard filtered by group or property
-waits for its names instead: a filter must not drop a row whose analysis is pending.
+moves when more are done, so the board refreshes. A leaderboard filtered by group or property waits
+for its names instead: a filter must not drop a row whose analysis is pending.
 """
 
 from __future__ import annotations

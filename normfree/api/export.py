@@ -109,13 +109,6 @@ def to_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
     return buf.getvalue().encode()
 
 
-def parquet_available() -> bool:
-    """Whether pyarrow can be imported here (parquet export works)."""
-    import importlib.util
-
-    return importlib.util.find_spec("pyarrow") is not None
-
-
 def to_parquet(rows: Sequence[Mapping[str, Any]]) -> bytes:
     """The table as Parquet, one typed column per key (a mixed column as text)."""
     try:
@@ -227,12 +220,16 @@ def leaderboard_rows(
     group: str | None = None,
     properties: list[str] | None = None,
     study_id: int | None = None,
+    archived: bool = False,
 ) -> list[dict]:
     """One flat record per arm of ``proxy``'s leaderboard, as ``GET /api/leaderboards/{proxy}``
-    ranks them (same filters), with the proxy, objective and direction on each row."""
+    ranks them (same filters, archived studies and arms only with ``archived``), with the
+    proxy, objective and direction on each row."""
     from normfree.api import reads
 
-    board = reads.leaderboard(state, proxy, group=group, properties=properties, study_id=study_id)
+    board = reads.leaderboard(
+        state, proxy, group=group, properties=properties, study_id=study_id, archived=archived
+    )
     head = {"proxy": board.proxy, "objective": board.objective, "direction": board.direction}
     return [flatten({**head, **r.model_dump(mode="json")}) for r in board.rows]
 
@@ -249,7 +246,6 @@ __all__ = [
     "encode",
     "flatten",
     "leaderboard_rows",
-    "parquet_available",
     "respond",
     "to_csv",
     "to_json",

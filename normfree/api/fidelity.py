@@ -115,16 +115,20 @@ def store_reference(state: Any, ref: Any, *, who: Principal, replace: bool) -> S
     return S.ReferenceSetPublic(**out)
 
 
-def delete_reference(state: Any, name: str, who: Principal) -> None:
-    """Remove a set: 404 when none, 409 for the built-in one, 403 for another token's."""
+def delete_reference(state: Any, name: str, who: Principal, *, dry_run: bool = False) -> int:
+    """Remove a set: 404 when none, 409 for the built-in one, 403 for another token's; the
+    number of its rows (removed with it, or with ``dry_run`` that would be: nothing removed)."""
+    held = _store(state).get(name)
+    rows = len(held.rows) if held is not None else 0
     try:
-        found = _store(state).delete(name, owner_token_id=who.id, admin=who.admin)
+        found = _store(state).delete(name, owner_token_id=who.id, admin=who.admin, dry_run=dry_run)
     except ReferenceExists as exc:
         raise ApiError(409, "conflict", str(exc)) from None
     except ReferenceForbidden as exc:
         raise ApiError(403, "forbidden", str(exc)) from None
     if not found:
         raise ApiError(404, "not_found", f"no reference set {name!r:.200}; see /api/references")
+    return rows
 
 
 def page_url(proxy: str | None, study_id: int | None, reference: str = BUILTIN_NAME) -> str:

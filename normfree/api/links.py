@@ -4,7 +4,7 @@ A candidate's page is addressed by its name percent-encoded into one path segmen
 (``/candidates/u%2F(1%2Babs(u))``), and the route takes the rest of the path (``{name:path}``),
 so a name holding "/", "%", "#", "?", quotes or any unicode reaches the page whole. Templates
 call ``candidate_url(name)``; building the URL with ``url_for('page_candidate', ...)`` instead
-would leave "/" and "?" unescaped (and used to answer 500 for any ratio formula).
+would leave "/" and "?" unescaped (a ratio formula's page would answer 500).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Submission prescreens, run after the answer.
 
-A prescreen trains the tiny proxy for a few seconds; inside ``POST /api/candidates`` it made
-every new function's submission take seconds and 32 clients queue behind one CPU. Now the
+A prescreen trains the tiny proxy for a few seconds; inside ``POST /api/candidates`` it would
+make every new function's submission take seconds and 32 clients queue behind one CPU. So the
 submission answers at once: with the prescreen when this process already knows it for the
 function (it is deterministic, cached per fingerprint), else ``202 Accepted`` with
 ``prescreen.status = "pending"`` and a ``Location`` to the candidate, and the prescreen runs on
@@ -153,15 +153,3 @@ def requeue_interrupted(state: services.ServiceState) -> list[str]:
     if names:
         log.info("re-queued %d interrupted prescreens: %s", len(names), ", ".join(names[:20]))
     return names
-
-
-def wait_idle(timeout: float = 120.0) -> bool:
-    """Block until no prescreen runs (tests, and a server that is shutting down)."""
-    with _LOCK:
-        jobs = [f for f, _n in _PENDING.values()]
-    for f in jobs:
-        try:
-            f.result(timeout=timeout)
-        except Exception:
-            return False
-    return True

@@ -76,8 +76,10 @@ def leaderboard_key(
     group: str | None = None,
     properties: list[str] | None = None,
     study_id: int | None = None,
+    archived: bool = False,
 ) -> Key:
-    """What ``services.leaderboard(proxy, ...)`` shows depends on."""
+    """What ``services.leaderboard(proxy, ...)`` shows depends on (archiving or restoring a
+    study or an arm refolds its proxy: a bump of ``proxy:<name>``)."""
     with state.db.read() as conn:
         versions = _versions(conn, f"proxy:{proxy}", "candidates")
     # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
@@ -88,7 +90,9 @@ def leaderboard_key(
         else lines.proxy_target(state, proxy)
     )
     epoch = (services.ENRICHER.epoch, lines.LINES.stamp(line))
-    params = (proxy, group or None, tuple(properties or ()), study_id)
+    params = (proxy, group or None, tuple(properties or ()), study_id) + (
+        ("archived",) if archived else ()
+    )
     return (("leaderboard", *params), (versions, epoch))
 
 
@@ -100,13 +104,14 @@ def leaderboard(
     properties: list[str] | None = None,
     study_id: int | None = None,
     key: Key | None = None,
+    archived: bool = False,
 ) -> S.LeaderboardPublic:
     """``services.leaderboard``, built once per key."""
-    key = key or leaderboard_key(state, proxy, group, properties, study_id)
+    key = key or leaderboard_key(state, proxy, group, properties, study_id, archived)
     return state.cache.get_or_build(
         derived("leaderboard-model", key),
         lambda: services.leaderboard(
-            state, proxy, group=group, properties=properties, study_id=study_id
+            state, proxy, group=group, properties=properties, study_id=study_id, archived=archived
         ),
     )
 
@@ -147,14 +152,15 @@ def candidates(
     source: str | None = None,
     q: str | None = None,
     key: Key | None = None,
+    archived: bool = False,
 ) -> S.CandidateList:
     """``services.list_candidates``, built once per key."""
-    params = (group, tuple(properties or ()), source, q)
+    params = (group, tuple(properties or ()), source, q) + (("archived",) if archived else ())
     key = key or candidates_key(state, *params)
     return state.cache.get_or_build(
         derived("candidates-model", key),
         lambda: services.list_candidates(
-            state, group=group, properties=properties, source=source, q=q
+            state, group=group, properties=properties, source=source, q=q, archived=archived
         ),
     )
 

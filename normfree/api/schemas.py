@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from normfree.specs import StudyKindName
+from normfree.workers.kinds import KINDS
 
 # Anchored at both ends (pydantic's regex engine has no "before a final newline" $).
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
@@ -84,6 +85,7 @@ class CandidatePublic(_Out):
     source: Literal["catalog", "user"] = "catalog"
     submitter: str | None = None
     created_at: datetime | None = None
+    archived: bool = False
     unreadable: list[str] = Field(
         default_factory=list,
         description="Stored fields that could not be read (corrupt rows): shown empty.",
@@ -226,13 +228,12 @@ class LeaderboardPublic(_Out):
 
 
 class StudyCreate(_In):
-    """A study, with the same options as ``normfree study property|options|search``."""
+    """A study, with the same options as ``normfree study new KIND`` (the kinds and their
+    descriptions are the registry's, ``workers.kinds``)."""
 
     kind: StudyKindName = Field(
-        description="property: functions x transform values x seeds; options: functions x "
-        "option values x seeds; search: a sampler picks among functions, with pruning; "
-        "generate: new functions evolved from the expression grammar (params: generations, "
-        "population, children, constraints, ...)."
+        description="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()),
+        json_schema_extra={"enum": list(KINDS)},
     )
     name: str | None = Field(default=None, max_length=200)
     proxy: str = Field(max_length=100, examples=["vit-tiny"])
@@ -332,11 +333,65 @@ class StudyProgress(_Out):
     )
 
 
-class StudyDeleted(_Out):
-    """The answer to deleting a study."""
+class Removal(_Out):
+    """What a delete removes, listed before anything is removed (``?dry_run=true`` answers
+    only this): rows counted per table, the leaderboard arms folded again without them, the
+    Optuna study removed with them, and why the delete would be refused now (``blocked``)."""
 
-    id: int
+    study_id: int | None = None
+    arm_key: str | None = None
+    candidate: str | None = None
+    status: str | None = None
+    archived: bool = False
+    trials: int = 0
+    curve_points: int = 0
+    diagnostics: int = 0
+    arms: list[str] = Field(default_factory=list)
+    leaderboard_arms: int = Field(
+        default=0, description="Leaderboard arm summaries folded again without these trials."
+    )
+    proxies: list[str] = Field(default_factory=list)
+    optuna_study: str | None = Field(
+        default=None,
+        description="The Optuna study deleted with a whole study (an arm's Optuna trials stay: "
+        "the sampler's history of a study that still exists).",
+    )
+    used_by_studies: list[int] = Field(
+        default_factory=list, description="A candidate: the studies whose trials ran it."
+    )
+    blocked: str | None = Field(
+        default=None, description="Why the delete would be refused now (409), or null."
+    )
+
+
+class StudyDeleted(_Out):
+    """The answer to deleting a study (or one of its arms, or a candidate): what was removed,
+    or with ``dry_run`` what would be, nothing removed."""
+
+    id: int | None = None
     deleted: bool = True
+    dry_run: bool = False
+    removes: Removal | None = None
+
+
+class StudyPatch(_In):
+    """Tags and a note on a study (each part optional)."""
+
+    add_tags: list[str] = Field(default_factory=list, max_length=20)
+    remove_tags: list[str] = Field(default_factory=list, max_length=20)
+    note: str | None = Field(
+        default=None, max_length=5000, description="The new note; an empty string clears it."
+    )
+
+
+class ArchiveState(_Out):
+    """An archive or a restore: what now is archived."""
+
+    study_id: int | None = None
+    arm_key: str | None = None
+    candidate: str | None = None
+    archived: bool
+    trials: int | None = Field(default=None, description="An arm: its trials in the study.")
 
 
 class StudyPublic(_Out):
@@ -355,6 +410,11 @@ class StudyPublic(_Out):
     unreadable: list[str] = Field(
         default_factory=list,
         description="Stored fields that could not be read (corrupt rows): shown empty.",
+    )
+    tags: list[str] = Field(default_factory=list)
+    note: str | None = None
+    archived: bool = Field(
+        default=False, description="Archived: off lists and leaderboards unless asked for."
     )
     estimate: dict[str, Any] | None = Field(
         default=None,
@@ -379,6 +439,10 @@ class StudyCell(_Out):
     std: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    arm_keys: list[str] = Field(
+        default_factory=list, description="Its arms (what archiving or deleting an arm names)."
+    )
+    archived: bool = Field(default=False, description="Every arm of it is archived.")
     failure: ArmFailure | None = Field(
         default=None, description="The cell's most common failure, when any seed failed."
     )
@@ -428,6 +492,9 @@ class StudyDetail(StudyPublic):
         description="The next page of trials: pass it back as ``trials_cursor`` (or as "
         "``cursor`` to /api/studies/{id}/trials); null on the last page.",
     )
+    archived_arms: list[str] = Field(
+        default_factory=list, description="Arms of this study taken off the leaderboards."
+    )
     generate: dict[str, Any] | None = Field(
         default=None,
         description="generate studies: proposals per generation and why they were rejected, "
@@ -438,6 +505,11 @@ class StudyDetail(StudyPublic):
         description="search studies: every function named, whether it was trained, pruned, "
         "failed or never tried and why (budget exhausted, pruned), and how many asks were "
         "answered from stored results instead of training a point again.",
+    )
+    report: dict[str, Any] | None = Field(
+        default=None,
+        description="What the study's kind reports beyond its cells, whatever the kind (the "
+        "same object as the field named after the kind, where there is one).",
     )
 
 
@@ -536,10 +608,13 @@ class Version(_Out):
 
 
 class ReferenceSetDeleted(_Out):
-    """The answer to deleting a reference set."""
+    """The answer to deleting a reference set: its rows went with it (with ``dry_run``, would
+    go: nothing removed)."""
 
     name: str
     deleted: bool = True
+    dry_run: bool = False
+    rows: int | None = None
 
 
 class ReferenceSetPublic(_Out):

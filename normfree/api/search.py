@@ -24,9 +24,15 @@ from normfree.api.schemas import _Out
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 
-__all__ = ["SEARCH_KINDS", "SearchTrial", "SearchView", "search_view"]
+__all__ = ["SearchTrial", "SearchView", "search_kinds", "search_view"]
 
-SEARCH_KINDS = ("search", "generate")
+
+def search_kinds() -> tuple[str, ...]:
+    """The kinds whose studies have a search view (``StudyKind.searches``: their trials come
+    one after another, each chosen from the results before it)."""
+    from normfree.workers import kinds
+
+    return tuple(k.name for k in kinds.KINDS.values() if k.searches)
 
 
 class SearchTrial(_Out):
@@ -69,16 +75,17 @@ def search_view(state: ServiceState, study_id: int) -> SearchView:
     """The view of one search or generate study; 404 for no such study or another kind."""
     from normfree.api.services.studies import arm_of, study_key
 
-    key, row, counts = study_key(state, study_id)
-    if row["kind"] not in SEARCH_KINDS:
+    key, row, snap = study_key(state, study_id)
+    if row["kind"] not in search_kinds():
         raise ApiError(
             404,
             "not_found",
-            f"study {study_id} is a {row['kind']} study: only search and generate studies "
-            f"have a search view; its cells are at /api/studies/{study_id}",
+            f"study {study_id} is a {row['kind']} study: only {' and '.join(search_kinds())} "
+            f"studies have a search view; its cells are at /api/studies/{study_id}",
         )
     return state.cache.get_or_build(
-        (("search-view", study_id), key), lambda: _build(state, row, counts, arm_of)
+        (("search-view", study_id), key),
+        lambda: _build(state, {**row, "status": snap.status}, dict(snap.counts), arm_of),
     )
 
 

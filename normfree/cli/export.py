@@ -18,6 +18,7 @@ from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
 from normfree.cli._studies import db_option, open_store, settings_for
 
+# normfree.api.export.FILE_FORMATS, spelled here: importing the API would load FastAPI for --help
 FORMATS = ("csv", "parquet", "json")
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
 
@@ -93,10 +94,11 @@ def export_arms(study_id: int, **opts: Any) -> None:
 @export_group.command("leaderboard")
 @click.argument("proxy")
 @click.option("--study", "study_id", type=click.IntRange(1), default=None, help="Only its trials.")
+@click.option("--group", default=None, help="Only arms of this catalog group.")
 @_options
-def export_leaderboard(proxy: str, study_id: int | None, **opts: Any) -> None:
+def export_leaderboard(proxy: str, study_id: int | None, group: str | None, **opts: Any) -> None:
     """PROXY's leaderboard: arms ranked over seeds, as the API ranks them."""
-    _export("leaderboard", proxy, opts, study_id=study_id)
+    _export("leaderboard", proxy, opts, study_id=study_id, group=group)
 
 
 def _export(what: str, key: int | str, opts: dict[str, Any], **kw: Any) -> None:

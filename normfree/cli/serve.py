@@ -131,30 +131,48 @@ def _repository():
     "admin: also control, replace or delete what any token created.",
 )
 @click.option(
+    "--expires",
+    default=None,
+    metavar="WHEN",
+    help="Refuse the token (401) after WHEN: a duration (90m, 12h, 30d, 2w) or a date "
+    "(2027-01-31, UTC). Default: never.",
+)
+@click.option(
     "--expires-days",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Refuse the token after this many days (default: never).",
 )
 @json_option
-def token_create(name: str, scope: str, expires_days: float | None, as_json: bool) -> None:
+def token_create(
+    name: str, scope: str, expires: str | None, expires_days: float | None, as_json: bool
+) -> None:
     """Create a token NAME (write scope unless --scope) and print it (once)."""
     from normfree.api.services import create_token
 
+    repo = _repository()
     try:
-        plaintext = create_token(_repository(), name, scope=scope, expires_days=expires_days)
+        plaintext = create_token(
+            repo, name, scope=scope, expires_days=expires_days, expires=expires
+        )
     except ValueError as exc:
         fail(str(exc), as_json)
+    expires_at = next((t["expires_at"] for t in repo.list_tokens() if t["name"] == name), None)
 
     def human(r: dict[str, str]) -> None:
         click.echo(r["token"])
         click.echo(
-            f"token {r['name']!r} created; it is shown only now. Use it as "
-            "'Authorization: Bearer <token>'.",
+            f"token {r['name']!r} ({r['scope']}) created; it is shown only now. Use it as "
+            "'Authorization: Bearer <token>'."
+            + (f" It expires at {r['expires_at']}." if r["expires_at"] else ""),
             err=True,
         )
 
-    emit({"name": name, "token": plaintext, "scope": scope}, as_json, human)
+    emit(
+        {"name": name, "token": plaintext, "scope": scope, "expires_at": expires_at},
+        as_json,
+        human,
+    )
 
 
 @token.command("revoke")

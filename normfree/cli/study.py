@@ -110,12 +110,7 @@ def _create_and_maybe_run(
             f"({counts_line(r['run']['counts'])})"
         )
         print_leaderboard(r["leaderboard"])
-        if "generate" in r:
-            from normfree.cli._generate_report import print_report
-
-            print_report(r["generate"])
-        if "search" in r:
-            print_search_coverage(r["search"])
+        print_kind_report(spec.kind, r)
 
     emit(out, as_json, human)
     if not detach:
@@ -188,7 +183,7 @@ def _common(f: Any) -> Any:
 
 @main.group()
 def study() -> None:
-    """Create, run and steer studies (property grids, option crosses, function searches)."""
+    """Create, run and steer studies (``study kinds`` lists the kinds; ``study new`` makes any)."""
 
 
 @study.command("property")
@@ -413,6 +408,70 @@ def study_generate(
     )
 
 
+@study.command("new")
+@click.argument("kind")
+@click.option("--functions", default=None, help="Functions, comma-separated.")
+@click.option("--baselines", default="layernorm", show_default=True)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A StudySpec.params entry, repeatable; VALUE is JSON or plain text.",
+)
+@click.option("--spec", "spec_json", default=None, help="Other StudySpec fields as a JSON object.")
+@_common
+def study_new(
+    kind: str,
+    functions: str | None,
+    baselines: str,
+    params: tuple[str, ...],
+    spec_json: str | None,
+    common: Common,
+) -> None:
+    """A study of any registered KIND (``normfree study kinds``), from its StudySpec fields: what
+    a kind needs no command of its own for."""
+    import json
+
+    from pydantic import ValidationError
+
+    from normfree.workers import kinds
+
+    try:
+        kinds.get(kind)
+        fields = json.loads(spec_json) if spec_json else {}
+        if not isinstance(fields, dict):
+            raise ValueError("--spec must be a JSON object")
+    except ValueError as exc:
+        fail(str(exc), common.as_json)
+    values: dict[str, Any] = {}
+    for item in params:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"--param wants KEY=VALUE; got {item!r}", common.as_json)
+        try:
+            values[key.strip()] = json.loads(text)
+        except ValueError:
+            values[key.strip()] = text
+    fields.setdefault("functions", _split(functions))
+    fields.setdefault("baselines", _split(baselines))
+    try:
+        spec = common.spec(kind, values, **fields)
+    except (ValidationError, TypeError) as exc:
+        fail(f"invalid study: {exc}", common.as_json)
+    common.create(spec)
+
+
+@study.command("kinds")
+@json_option
+def study_kinds(as_json: bool) -> None:
+    """The registered study kinds, each with what it runs."""
+    from normfree.workers import kinds
+
+    rows = [{"kind": k.name, "summary": k.summary} for k in kinds.KINDS.values()]
+    emit(rows, as_json, lambda items: [click.echo(f"{r['kind']}\t{r['summary']}") for r in items])
+
+
 def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:
     """What the study's kind reports beyond its leaderboard, under the kind's name (generate)."""
     from normfree.workers import kinds
@@ -421,17 +480,13 @@ def _kind_report(kind: str, store: Any, study_id: int) -> dict[str, Any]:
     return {} if report is None else {kind: report}
 
 
-def print_search_coverage(cov: dict[str, Any]) -> None:
-    """A search's functions for people: repeats answered from storage, and what was never tried."""
-    if cov.get("repeats"):
-        click.echo(f"{cov['repeats']} repeated asks answered from stored results (not retrained)")
-    for f in cov["functions"]:
-        if f["status"] != "trained":
-            click.echo(
-                f"  {f['function']}: {f['status']}" + (f" ({f['reason']})" if f["reason"] else "")
-            )
-    if not cov["never_tried"]:
-        click.echo(f"every one of the {len(cov['functions'])} functions named was tried")
+def print_kind_report(kind: str, out: dict[str, Any]) -> None:
+    """The kind's report (under its name in ``out``), as the kind words it for people."""
+    from normfree.workers import kinds
+
+    if kind in out:
+        for line in kinds.get(kind).report_lines(out[kind]):
+            click.echo(line)
 
 
 def _study_or_fail(store: Any, study_id: int, as_json: bool) -> dict[str, Any]:
@@ -458,12 +513,7 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     def human(r: dict[str, Any]) -> None:
         click.echo(f"study {study_id}: {r['status']} ({counts_line(r['counts'])})")
         print_leaderboard(r["leaderboard"])
-        if "generate" in r:
-            from normfree.cli._generate_report import print_report
-
-            print_report(r["generate"])
-        if "search" in r:
-            print_search_coverage(r["search"])
+        print_kind_report(found["kind"], r)
 
     emit(out, as_json, human)
     exit_if_failed(study_id, out["status"], out["leaderboard"], as_json)
@@ -537,6 +587,10 @@ def _steer(
     from normfree.workers import lifecycle
 
     store = open_store(settings_for(database_url))
+    row = store.repo.get_study(study_id)
+    if row is not None and row.get("archived_at") is not None:  # as the API refuses it (409)
+        fail(f"study {study_id} is archived: `normfree study archive {study_id} --restore` "
+             "first", as_json, code=1)  # fmt: skip
     try:
         done = lifecycle.steer(store.repo, study_id, action, restart=restart)
     except KeyError:
@@ -592,19 +646,29 @@ def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None
 
 
 @study.command("list")
+@click.option("--tag", default=None, help="Only studies with this tag.")
+@click.option("--archived", is_flag=True, help="Archived studies too.")
 @db_option
 @json_option
-def study_list(database_url: str | None, as_json: bool) -> None:
-    """All studies, newest first."""
+def study_list(tag: str | None, archived: bool, database_url: str | None, as_json: bool) -> None:
+    """Studies, newest first (archived ones with --archived), with their tags and note."""
     store = open_store(settings_for(database_url))
-    rows = store.repo.list_studies()
+    rows = store.repo.list_studies(archived=archived, tag=tag)
     for r in rows:
         r["progress"] = store.repo.study_progress(r["id"])["counts"]
 
     def human(items: list[dict[str, Any]]) -> None:
         for r in items:
+            extra = "".join(
+                (
+                    "\tarchived" if r["archived_at"] else "",
+                    f"\t[{', '.join(r['tags'])}]" if r["tags"] else "",
+                    f"\t{r['note']}" if r["note"] else "",
+                )
+            )
             click.echo(
-                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t{counts_line(r['progress'])}"
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t"
+                f"{counts_line(r['progress'])}{extra}"
             )
 
     emit(rows, as_json, human)

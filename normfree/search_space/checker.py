@@ -1,7 +1,7 @@
 """The checker: a long-lived local process that checks new formulas for ``candidates check``.
 
-Why a process: on the AMD EPYC of ``bench/results/cli.json`` importing sympy alone costs
-0.27-0.55 s of CPU (this session's host; the previous record's), and a first check in process
+Why a process: importing sympy alone costs 0.27-0.55 s of CPU (``bench/results/cli.json``
+names the CPU), and a first check in process
 spends 0.6-1.3 s on the interpreter, the CLI, numpy, sympy, pydantic and the analysis modules
 before it takes its first limit: over the command's whole 0.5 s budget. No change inside the
 CLI's process brings the first check of a new formula under budget on that CPU, so the CLI

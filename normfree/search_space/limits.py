@@ -116,9 +116,9 @@ def _ratio_limit(e: sympy.Expr) -> sympy.Basic | None:
 # An odd f (f(-u) = -f(u) once sympy's automatic canonicalisation has run, the test the
 # properties' symmetry uses) has at -oo the limits of its +oo side, negated: as p -> oo,
 # f(-p) -> -L, f(-p)/p -> -r and log|f(-p)|/log p -> q. The -oo side of an odd function is
-# then read off the +oo side instead of taking its limits by Gruntz again (0.04-0.08 s each on
-# the AMD EPYC: tanh(u) + u/10 0.26 -> 0.13 s). Only where both sides pass the guards above and
-# the +oo side was found; otherwise each side is taken on its own, as before.
+# then read off the +oo side instead of taking its limits by Gruntz again (0.04-0.08 s each:
+# tanh(u) + u/10 0.26 -> 0.13 s). Only where both sides pass the guards above and the +oo side
+# was found; otherwise each side is taken on its own.
 @lru_cache(maxsize=256)
 def _odd(expr: sympy.Expr) -> bool:
     try:

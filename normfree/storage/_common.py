@@ -28,6 +28,7 @@ from normfree.storage.models import (
     CandidateRow,
     StudyRow,
 )
+from normfree.storage.records import CandidateRecord, StudyRecord
 
 TRIAL_RESULT_STATUS = {
     "complete": "COMPLETE",
@@ -132,12 +133,14 @@ def _columns(row: Any, names: str) -> dict[str, Any]:
     return {name: getattr(row, name) for name in names.split()}
 
 
-def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
+def _candidate_dict(row: CandidateRow) -> CandidateRecord:
     out = {
         **_columns(row, "id name formula canonical fingerprint lineage group citation submitter"),
         "properties": row.properties or {},
         "created_at": _iso(row.created_at),
         "prescreen": row.prescreen,
+        "archived_at": _iso(getattr(row, "archived_at", None)),
+        "owner_token_id": getattr(row, "owner_token_id", None),
     }
     # NOT NULL JSON columns: None is text that was not JSON (``db.tolerant_json_loads``); named
     # so that the API can say it could not read them (``api.services.candidates``)
@@ -147,9 +150,11 @@ def _candidate_dict(row: CandidateRow) -> dict[str, Any]:
     return out
 
 
-def _study_dict(row: StudyRow) -> dict[str, Any]:
+def _study_dict(row: StudyRow) -> StudyRecord:
     return {
-        **_columns(row, "id kind name proxy spec status optuna_study_name owner_token_id"),
+        **_columns(row, "id kind name proxy spec status optuna_study_name owner_token_id note"),
+        "tags": list(row.tags) if isinstance(row.tags, list) else [],
+        "archived_at": _iso(row.archived_at),
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
     }

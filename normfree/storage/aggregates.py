@@ -166,8 +166,8 @@ def fold(arm: dict[str, Any] | None, trial: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def _trials_table() -> sa.TableClause:
-    return sa.table("trials", *(sa.column(c) for c in _TRIAL_COLUMNS))
+def _trials_table(*extra: str) -> sa.TableClause:
+    return sa.table("trials", *(sa.column(c) for c in (*_TRIAL_COLUMNS, *extra)))
 
 
 def _arm_state(row: Any) -> dict[str, Any]:
@@ -192,8 +192,15 @@ def record_finished(session: Any, trial_ids: Sequence[int]) -> None:
     dialect = session.get_bind().dialect.name
     t = TrialRow.__table__
     cols = [t.c[c] for c in _TRIAL_COLUMNS]
+    # An archived trial (its arm archived in its study) or a trial of an archived study counts
+    # nowhere, as in ``rebuild``: a study is archived only once finished, but a way round the
+    # API's refusal (a CLI resume) must not put its trials back on the boards.
     rows = session.execute(
-        sa.select(*cols).where(t.c.id.in_(list(trial_ids)), t.c.status.in_(FINISHED))
+        sa.select(*cols).where(
+            t.c.id.in_(list(trial_ids)),
+            t.c.status.in_(FINISHED),
+            *shown_trials(t.c.archived, t.c.study_id),
+        )
     ).all()
     by_arm: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -232,16 +239,36 @@ def _fold_into_row(
     raise RuntimeError(f"could not fold trials into arm {proxy}/{key}")
 
 
-def rebuild(connection: Any, *, proxy: str | None = None) -> int:
+def shown_trials(archived: Any, study_id: Any) -> list[Any]:
+    """The conditions that keep archived trials out of a board: the trial's arm is not archived
+    in its study, and its study is not archived (migration 0010). ``archived`` and
+    ``study_id`` are the trials table's columns (ORM, Core or a plain ``sa.column``)."""
+    studies = sa.table("studies", sa.column("id"), sa.column("archived_at"))
+    return [
+        archived.is_not(True),
+        study_id.not_in(sa.select(studies.c.id).where(studies.c.archived_at.is_not(None))),
+    ]
+
+
+def rebuild(connection: Any, *, proxy: str | None = None, archives: bool = True) -> int:
     """Recompute ``arm_results`` from the trials table (all proxies, or one); returns the arms.
 
-    Migration 0006 backfills with it; it also repairs the table should it ever be suspected.
-    Reads the trials in id order in batches, so memory holds the arms, not the trials.
+    Migration 0006 backfills with it; it also repairs the table should it ever be suspected, and
+    archiving or restoring a study or an arm refolds its proxy. Reads the trials in id order in
+    batches, so memory holds the arms, not the trials. ``archives``: skip archived trials and
+    the trials of archived studies (False only for schemas older than migration 0010, which
+    have no archives).
     """
     dialect = connection.dialect.name
     a = ArmResultRow.__table__
-    t = _trials_table()
-    q = sa.select(*t.c).where(t.c.status.in_(FINISHED)).order_by(t.c.id)
+    t = _trials_table(*(("archived",) if archives else ()))
+    q = (
+        sa.select(*(t.c[c] for c in _TRIAL_COLUMNS))
+        .where(t.c.status.in_(FINISHED))
+        .order_by(t.c.id)
+    )
+    if archives:
+        q = q.where(*shown_trials(t.c.archived, t.c.study_id))
     delete = a.delete()
     if proxy is not None:
         q = q.where(t.c.proxy == proxy)

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from normfree.storage import aggregates
@@ -24,8 +24,10 @@ from normfree.storage._common import (
 )
 from normfree.storage.models import (
     CandidateRow,
+    TrialRow,
     utcnow,
 )
+from normfree.storage.records import CandidateRecord
 
 
 @functools.cache
@@ -53,6 +55,21 @@ class CandidateConflict(ValueError):
     def __init__(self, field: str, existing: dict[str, Any]) -> None:
         self.field, self.existing = field, existing
         super().__init__(f"{field} already claimed by {existing.get('name')!r}")
+
+
+class CandidateInUse(ValueError):
+    """A candidate that trials of stored studies ran: deleting it would leave their arms on
+    the leaderboards without its formula, group and properties. ``study_ids`` names them."""
+
+    def __init__(self, name: str, study_ids: list[int]) -> None:
+        self.name, self.study_ids = name, study_ids
+        shown = ", ".join(str(i) for i in study_ids[:10])
+        more = f" and {len(study_ids) - 10} more" if len(study_ids) > 10 else ""
+        super().__init__(
+            f"candidate {name!r} is used by studies {shown}{more}: delete those studies first, "
+            "or archive the candidate instead (it then leaves the candidate list, and the "
+            "studies keep their results)"
+        )
 
 
 class CandidateRepository(RepositoryBase):
@@ -103,6 +120,7 @@ class CandidateRepository(RepositoryBase):
         submitter: str | None = None,
         *,
         prescreen: Mapping[str, Any] | None = None,
+        owner_token_id: int | None = None,
     ) -> int:
         """Store a new candidate with one INSERT under the unique name and canonical key;
         returns its id, or raises :class:`CandidateConflict` naming the row that holds either.
@@ -111,6 +129,7 @@ class CandidateRepository(RepositoryBase):
         created the name. The database's unique constraints decide instead, on every backend.
         ``prescreen`` (e.g. ``{"status": "pending"}``) is written in the same insert, so a
         prescreen interrupted by a crash is visible at the next start and re-queued.
+        ``owner_token_id``: the submitting token (only it or an admin may archive or delete it).
         """
         name = _field(candidate, "name")
         canonical = _field(candidate, "canonical")
@@ -129,6 +148,7 @@ class CandidateRepository(RepositoryBase):
             "submitter": submitter,
             "created_at": utcnow(),
             "prescreen": _jsonable(dict(prescreen)) if prescreen is not None else None,
+            "owner_token_id": owner_token_id,
         }
         for key in ("formula", "fingerprint", "group", "citation"):
             if values[key] is not None:
@@ -166,7 +186,7 @@ class CandidateRepository(RepositoryBase):
                 aggregates.bump(s, f"candidate:{name}")
             return res.rowcount == 1
 
-    def get_candidate(self, name: str) -> dict[str, Any] | None:
+    def get_candidate(self, name: str) -> CandidateRecord | None:
         """The candidate named ``name`` as a dict (keys as the table's columns), or None.
 
         A Core read of a prebuilt statement: every submission asks it, and an ORM session
@@ -186,8 +206,10 @@ class CandidateRepository(RepositoryBase):
         name_contains: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        archived: bool = True,
     ) -> list[dict[str, Any]]:
-        """Candidates by name, filtered; ``properties`` matches property values exactly."""
+        """Candidates by name, filtered; ``properties`` matches property values exactly;
+        archived ones unless ``archived`` is False."""
         q = where_equal(
             select(CandidateRow).order_by(CandidateRow.name),
             CandidateRow,
@@ -198,8 +220,65 @@ class CandidateRepository(RepositoryBase):
         )
         if name_contains:
             q = q.where(CandidateRow.name.contains(name_contains, autoescape=True))
+        if not archived:
+            q = q.where(CandidateRow.archived_at.is_(None))
         with self.db.session(readonly=True) as s:
             rows = [_candidate_dict(r) for r in s.scalars(q)]
         if properties:
             rows = [r for r in rows if boards.props_match(r["properties"], properties)]
         return rows[offset : None if limit is None else offset + limit]
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    def candidate_usage(self, name: str) -> list[int]:
+        """The studies whose trials ran candidate ``name`` (alone or under a transform, e.g.
+        ``shift_h(name, 1)``), ascending."""
+        with self.db.session(readonly=True) as s:
+            return _usage(s, name)
+
+    def archive_candidate(self, name: str, archived: bool = True) -> dict[str, Any]:
+        """Hide a stored candidate from the candidate list (``archived=False``: show it again);
+        the row. Studies and leaderboards that ran it are unchanged. KeyError when none."""
+        with self.db.session() as s:
+            row = s.scalar(select(CandidateRow).where(CandidateRow.name == name))
+            if row is None:
+                raise KeyError(f"no stored candidate {name!r}")
+            if (row.archived_at is not None) != archived:
+                row.archived_at = utcnow() if archived else None
+                aggregates.bump(s, "candidates")
+            s.flush()
+            return _candidate_dict(row)
+
+    def delete_candidate(self, name: str) -> dict[str, Any]:
+        """Delete a stored candidate no study ran; the deleted row. KeyError when none,
+        :class:`CandidateInUse` when trials of a study ran it (checked in the transaction that
+        deletes, so a study stored meanwhile is seen)."""
+        with self.db.session() as s:
+            row = s.scalar(select(CandidateRow).where(CandidateRow.name == name))
+            if row is None:
+                raise KeyError(f"no stored candidate {name!r}")
+            out = _candidate_dict(row)
+            used = _usage(s, name)
+            if used:
+                raise CandidateInUse(name, used)
+            s.execute(delete(CandidateRow).where(CandidateRow.id == row.id))
+            aggregates.bump(s, "candidates")
+            return out
+
+
+def _usage(s: Any, name: str) -> list[int]:
+    like = f"%({name},%"
+    q = (
+        select(TrialRow.study_id, TrialRow.candidate)
+        .where((TrialRow.candidate == name) | TrialRow.candidate.like(like))
+        .distinct()
+    )
+    return sorted({int(sid) for sid, c in s.execute(q) if _runs(str(c), name)})
+
+
+def _runs(candidate: str, name: str) -> bool:
+    """Whether a trial's candidate text runs ``name``: the name itself, or a transform call
+    whose function argument is it (``shift_h(name, 1)``; nested calls included)."""
+    if candidate == name:
+        return True
+    return f"({name}," in candidate.replace(" ", "")

@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from normfree.storage import failures, stats
-from normfree.storage.aggregates import FINISHED, order_key
+from normfree.storage.aggregates import FINISHED, order_key, shown_trials
 from normfree.storage.models import ArmResultRow, CandidateRow, TrialRow
 
 BASELINE_GROUP = "baseline"
@@ -155,9 +155,14 @@ def _by_finish(t: Any) -> tuple[datetime, int]:
 # -- inputs from scratch ----------------------------------------------------------------------
 
 
-def finished_trials(session: Any, proxy: str, study_id: int | None = None) -> list[Any]:
-    """The finished trials of ``proxy`` (of one study), ordered by finish time then id."""
+def finished_trials(
+    session: Any, proxy: str, study_id: int | None = None, *, archived: bool = False
+) -> list[Any]:
+    """The finished trials of ``proxy`` (of one study), ordered by finish time then id;
+    archived ones (an archived arm or study) only with ``archived``."""
     q = sa.select(TrialRow).where(TrialRow.proxy == proxy, TrialRow.status.in_(FINISHED))
+    if not archived:
+        q = q.where(*shown_trials(TrialRow.archived, TrialRow.study_id))
     if study_id is not None:
         q = q.where(TrialRow.study_id == study_id)
     return sorted(session.scalars(q), key=_by_finish)
@@ -208,15 +213,23 @@ def arms_from_trials(trials: Sequence[Any], metric: str | None = None) -> list[A
 
 
 def pairing_from_trials(
-    session: Any, proxy: str, contexts: Iterable[str], metric: str | None = None
+    session: Any,
+    proxy: str,
+    contexts: Iterable[str],
+    metric: str | None = None,
+    *,
+    archived: bool = False,
 ) -> dict[str, dict[int, float]]:
-    """Per context, LayerNorm's latest COMPLETE value per seed, from its trials."""
+    """Per context, LayerNorm's latest COMPLETE value per seed, from its trials (archived ones
+    only with ``archived``)."""
     out: dict[str, dict[int, float]] = {}
     q = sa.select(TrialRow).where(
         TrialRow.candidate == REFERENCE_NORM,
         TrialRow.status == "COMPLETE",
         TrialRow.proxy == proxy,
     )
+    if not archived:
+        q = q.where(*shown_trials(TrialRow.archived, TrialRow.study_id))
     for chunk in _chunks(sorted(set(contexts)), 500):
         rows = sorted(session.scalars(q.where(TrialRow.context_key.in_(chunk))), key=_by_finish)
         for t in rows:
@@ -477,17 +490,22 @@ def leaderboard(
     direction: stats.Direction | None = None,
     alpha: float = stats.ALPHA,
     from_scratch: bool = False,
+    archived: bool = False,
 ) -> list[dict[str, Any]]:
     """The ranked arms of ``proxy``; see ``Repository.leaderboard``.
 
     Arms come from the summaries unless a study or a metric is named (then from that study's
     trials, or every trial for a metric) or ``from_scratch`` asks for the reference path, which
-    also pairs with LayerNorm from its trials.
+    also pairs with LayerNorm from its trials. ``archived`` counts archived studies and arms
+    too: from the trials, since the summaries leave them out.
     """
     with db.session(readonly=True) as s:
-        if from_scratch or metric is not None:
-            arms = arms_from_trials(finished_trials(s, proxy, study_id), metric)
-            pairing = pairing_from_trials(s, proxy, (a.context_key for a in arms), metric)
+        if from_scratch or metric is not None or archived:
+            trials = finished_trials(s, proxy, study_id, archived=archived)
+            arms = arms_from_trials(trials, metric)
+            pairing = pairing_from_trials(
+                s, proxy, (a.context_key for a in arms), metric, archived=archived
+            )
         else:
             if study_id is not None:
                 arms = arms_from_trials(finished_trials(s, proxy, study_id))

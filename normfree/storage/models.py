@@ -31,6 +31,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy import false as sa_false
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -130,6 +131,11 @@ class CandidateRow(Base):
     # The submission's prescreen (api.submissions): {"status": "pending"|"done"|"failed", ...};
     # NULL when none was asked for. Written after the answer, so every API worker can show it.
     prescreen: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    # Hidden from the candidate list while set (``?archived=true`` shows it); NULL: shown.
+    archived_at: Mapped[datetime | None] = mapped_column()
+    # The API token that submitted it: only it or an admin token may archive or delete it.
+    # NULL: a catalog or generated row, or one older than migration 0010 (admin tokens only).
+    owner_token_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class StudyRow(Base):
@@ -147,6 +153,12 @@ class StudyRow(Base):
     # The API token that created it (api_tokens.id): only it or an admin token may control it.
     # NULL: made by the CLI or before migration 0009 (admin tokens only, through the API).
     owner_token_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    # Set when the finished study is archived: it leaves lists and leaderboards (its trials stop
+    # counting in ``arm_results``) but keeps every row, so it can be restored. NULL: shown.
+    archived_at: Mapped[datetime | None] = mapped_column()
+    # Short labels the list filters by, and a free-text note (``normfree study tag|note``).
+    tags: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
+    note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -215,6 +227,9 @@ class TrialRow(Base):
     # curves and diagnostics hold. It carries its ``updated_at``; a later write to the row moves
     # that (``onupdate``), and a document whose stamp differs from the row's is never used.
     document: Mapped[str | None] = mapped_column(Text, deferred=True)
+    # Its arm was archived in its study (or the study was): it counts on no leaderboard. Kept
+    # per trial so the arm summaries skip it while folding, with no join (migration 0010).
+    archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
 
     study: Mapped[StudyRow] = relationship(back_populates="trials")
     curves: Mapped[list[TrialMetricRow]] = relationship(

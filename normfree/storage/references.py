@@ -204,9 +204,17 @@ class ReferenceStore:
             aggregates.bump(s, READ_SCOPE)
             return _set_dict(row, len(ref.rows), ref.settings())
 
-    def delete(self, name: str, *, owner_token_id: int | None = None, admin: bool = True) -> bool:
+    def delete(
+        self,
+        name: str,
+        *,
+        owner_token_id: int | None = None,
+        admin: bool = True,
+        dry_run: bool = False,
+    ) -> bool:
         """Remove a set and its rows; False when there is none. The built-in set cannot be
-        removed (``ReferenceExists``), another token's only by an admin (``ReferenceForbidden``)."""
+        removed (``ReferenceExists``), another token's only by an admin (``ReferenceForbidden``).
+        ``dry_run``: every check, nothing removed (a delete's preview)."""
         with self.db.session() as s:
             old = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
             if old is None:
@@ -214,6 +222,8 @@ class ReferenceStore:
             if old.builtin:
                 raise ReferenceExists(f"reference set {name!r} is built in; it cannot be deleted")
             _check_owner(old, owner_token_id, admin)
+            if dry_run:
+                return True
             s.execute(delete(ReferenceSetRow).where(ReferenceSetRow.id == old.id))
             aggregates.bump(s, READ_SCOPE)
             return True
@@ -312,16 +322,18 @@ class ReferenceStore:
             q = select(TrialRow.context_key, TrialRow.proxy, func.count()).where(
                 TrialRow.status.in_(finished)
             )
+            # a proxy's report leaves archived studies and arms out, as its leaderboard does
+            shown = aggregates.shown_trials(TrialRow.archived, TrialRow.study_id) if proxy else []
             if proxy is not None:
                 ctx = default_context_key(proxy)
-                q = q.where(TrialRow.context_key == ctx, TrialRow.proxy == proxy)
+                q = q.where(TrialRow.context_key == ctx, TrialRow.proxy == proxy, *shown)
             else:
                 q = q.where(TrialRow.study_id == study_id)
             contexts = s.execute(q.group_by(TrialRow.context_key, TrialRow.proxy)).all()
             if not contexts:
                 return [], {"proxy": proxy, "study_id": study_id, "context_key": None, "trials": 0}
             ctx, ctx_proxy, _ = max(contexts, key=lambda c: (c[2], c[0]))
-            base = [TrialRow.context_key == ctx, TrialRow.status.in_(finished)]
+            base = [TrialRow.context_key == ctx, TrialRow.status.in_(finished), *shown]
             if study_id is not None:
                 base.append(TrialRow.study_id == study_id)
             # one representative trial per arm: its norm decides the arm's cell

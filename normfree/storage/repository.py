@@ -28,6 +28,7 @@ from normfree.storage._common import (
     context_key,
 )
 from normfree.storage.candidates import CandidateRepository
+from normfree.storage.records import LeaderboardRow
 from normfree.storage.studies import StudyRepository
 from normfree.storage.tokens import TokenRepository
 from normfree.storage.trials import TrialRepository
@@ -41,7 +42,7 @@ class Repository(CandidateRepository, StudyRepository, TrialRepository, TokenRep
     ``Settings.max_attempts``.
     """
 
-    def leaderboard(self, proxy: str, **filters: Any) -> list[dict[str, Any]]:
+    def leaderboard(self, proxy: str, **filters: Any) -> list[LeaderboardRow]:
         """Ranked arms of ``proxy``: one row per arm (config without seed), over its seeds.
 
         ``filters`` are :func:`storage.leaderboard.leaderboard`'s: ``group``, ``properties``,

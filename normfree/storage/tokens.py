@@ -28,6 +28,7 @@ from normfree.storage.models import (
     ApiTokenRow,
     utcnow,
 )
+from normfree.storage.records import TokenRecord
 
 # The scopes, in order: each allows what the ones before it allow.
 SCOPES: tuple[str, ...] = ("read", "write", "admin")
@@ -136,6 +137,19 @@ class TokenRepository(RepositoryBase):
             return None
         return Principal(int(row.id), str(row.name), effective_scope(row.scopes))
 
+    def token_expiry(self, plaintext: str) -> datetime | None:
+        """When the active token ``plaintext`` expired, if it has (None for an unknown,
+        revoked or unexpired one): a refused request then says why (401, not 403), read only
+        on that path."""
+        if not plaintext:
+            return None
+        with self.db.read_one() as conn:
+            row = conn.execute(_active_by_hash(), {"hash": _token_hash(plaintext)}).first()
+        if row is None or not _expired(row.expires_at):
+            return None
+        at = row.expires_at
+        return datetime.fromisoformat(at) if isinstance(at, str) else at
+
     def token_name(self, plaintext: str, scope: str | None = None) -> str | None:
         """The name of the active token ``plaintext`` (allowing ``scope`` if one is asked for),
         or None."""
@@ -154,7 +168,7 @@ class TokenRepository(RepositoryBase):
             )
             return res.rowcount == 1
 
-    def list_tokens(self) -> list[dict[str, Any]]:
+    def list_tokens(self) -> list[TokenRecord]:
         """Token names, scopes and times (never hashes)."""
         with self.db.session(readonly=True) as s:
             return [

@@ -42,6 +42,7 @@ from normfree.storage.models import (
     TrialRow,
     utcnow,
 )
+from normfree.storage.records import TrialRecord
 
 
 class TrialRepository(RepositoryBase):
@@ -421,12 +422,12 @@ class TrialRepository(RepositoryBase):
 
     # -- trials: reads -----------------------------------------------------------------------
 
-    def get_trial(self, trial_id: int) -> dict[str, Any] | None:
+    def get_trial(self, trial_id: int) -> TrialRecord | None:
         """One trial with ``curves`` (per epoch) and ``diagnostics`` (per epoch and layer)."""
         with self.db.read() as conn:
             return reads.trial_detail(conn, trial_id)
 
-    def get_trial_by_key(self, study_id: int, trial_key: str) -> dict[str, Any] | None:
+    def get_trial_by_key(self, study_id: int, trial_key: str) -> TrialRecord | None:
         """The study's trial with ``TrialConfig.key() == trial_key`` (with curves), or None."""
         with self.db.session(readonly=True) as s:
             tid = s.scalar(

@@ -2,7 +2,8 @@
 
 - ``proxies`` (``PROXIES``), ``data``, ``trainer`` (``train_trial``: pure), ``diagnostics``,
   ``prescreen``: what one trial is.
-- ``scheduling``: a ``StudySpec`` becomes trials (grids, option crosses, Optuna searches).
+- ``kinds``: the study kinds (one module each: what a kind plans, accepts and reports) and
+  ``scheduling``, the pieces they share (a study's trial configs, paired seeds, grid planning).
 - ``execution``: one leased trial runs as a Ray task with heartbeats (``RayExecutor``).
 - ``driver``: the resumable study loop (``create_study``, ``StudyDriver``).
 

@@ -181,7 +181,7 @@ def validate_overrides(proxy: str, overrides: dict[str, Any], where: str) -> lis
 
 def validate_options(proxy: str, options: dict[str, list[Any]]) -> list[str]:
     """Option-study axes: norm options by their own rules, the rest as overrides."""
-    from normfree.workers.scheduling import NORM_OPTIONS
+    from normfree.workers.kinds.options import NORM_OPTIONS, OFF_WORDS
 
     problems: list[str] = []
     for key, values in options.items():
@@ -196,14 +196,11 @@ def validate_options(proxy: str, options: dict[str, list[Any]]) -> list[str]:
                     if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
                         problems.append(f"options.alpha0: a number in [{lo:g}, {hi:g}]")
             else:
-                if key == "layerscale_init" and (v is False or str(v).lower() in _OFF_WORDS):
-                    continue  # scheduling reads these spellings as 0.0 (off)
+                if key == "layerscale_init" and (v is False or str(v).lower() in OFF_WORDS):
+                    continue  # the options kind reads these spellings as 0.0 (off)
                 if p := check_override(proxy, key, v):
                     problems.append(f"options.{p}")
     return problems
-
-
-_OFF_WORDS = ("off", "none", "no", "false")
 
 
 # ------------------------------------------------------------------------------------ cost

@@ -290,18 +290,6 @@ def check_dataset(name: str, root: Path | None = None) -> None:
         data_root_entry(name, root)
 
 
-def list_datasets() -> list[str]:
-    """Every registered dataset name: the built-ins and the data root's entries."""
-    names = set(DATASETS)
-    root = get_settings().data_root
-    if root.is_dir():
-        for entry in root.iterdir():
-            name = entry.name[:-4] if entry.name.endswith(".npz") else entry.name
-            if DATASET_NAME.fullmatch(name):
-                names.add(name)
-    return sorted(names)
-
-
 @lru_cache(maxsize=16)
 def get_dataset(name: str, allow_paths: bool = False) -> Dataset:
     """Resolve a dataset: a built-in, or a name in the data root; paths only with ``allow_paths``.

@@ -211,11 +211,14 @@ class GenerativePlanner:
 
     def _norm_fields(self) -> dict[str, Any]:
         """A discovered candidate's NormSpec fields: the study's, plus its fixed ``alpha0``."""
+        from normfree.workers.kinds.generate import GenerateKindParams
+
+        params = GenerateKindParams.model_validate(self.spec.params)
         out = norm_spec("candidate", self.spec).model_dump(include={"shift", "affine"})
-        if "affine" not in self.spec.params:
+        if params.affine is None:  # the norm's own default
             out.pop("affine")
-        if "alpha0" in self.spec.params:
-            out["alpha0"] = float(self.spec.params["alpha0"])
+        if params.alpha0 is not None:
+            out["alpha0"] = params.alpha0
         return out
 
     # -- the step -----------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 drives studies in the API's process.
 
 The transitions live here, once, because two front ends steer studies (the REST API and the
-``normfree study`` commands) and they used to disagree on what "resume" leads to and what may be
-paused. The driver (:mod:`normfree.workers.driver`) sets the statuses that follow from running:
-``running`` when it starts, ``failed`` when it stops on an error, and when nothing is left the
-outcome of its trials (:func:`outcome`, the one home of this rule):
+``normfree study`` commands) and two copies of the rules could disagree on what "resume" leads to
+and what may be paused. The driver (:mod:`normfree.workers.driver`) sets the statuses that follow
+from running: ``running`` when it starts, ``failed`` when it stops on an error, and when nothing is
+left the outcome of its trials (:func:`outcome`, the one home of this rule):
 
 - ``failed`` when no trial completed and at least one failed, diverged or was pruned: nothing
   was trained, whatever the reason (the reasons per arm are on the study page, the leaderboard

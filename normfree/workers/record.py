@@ -78,7 +78,9 @@ def _new_study(repo: Any, config: TrialConfig, name: str | None) -> int:
         epochs=config.epochs,
         params={MARK: True},
     )
-    return repo.create_study(spec, status="running")
+    # "creating" until its trial is added: a process killed before that leaves a row the next
+    # server start removes (``api.services.state.recover_at_start``), not an empty study
+    return repo.create_study(spec, status="creating")
 
 
 def _check_recorded(repo: Any, study_id: int, config: TrialConfig) -> None:

@@ -65,18 +65,14 @@ class _Recorder:
 
 
 def cell_functions(spec: StudySpec) -> list[tuple[str, str]]:
-    """(function, text trained) for every cell a grid study plans: a property study's
-    transform calls at each value (and its untransformed cell), else the functions as given."""
-    from normfree.workers.scheduling import transform_call, untransformed_name
+    """(function, text trained) for every cell the study plans, as its kind spells them (a
+    property study's transform calls); the functions as given for an unknown kind."""
+    from normfree.workers import kinds
 
-    if spec.kind != "property" or not spec.transform:
+    try:
+        return kinds.get(spec.kind).cell_functions(spec)
+    except ValueError:  # wrong params: the params check names them
         return [(fn, fn) for fn in spec.functions]
-    out: list[tuple[str, str]] = []
-    for fn in spec.functions:
-        if spec.params.get("untransformed_cell"):
-            out.append((fn, untransformed_name(spec.transform, fn)))
-        out += [(fn, transform_call(spec.transform, fn, v)) for v in spec.values]
-    return out
 
 
 def study_problems(
@@ -134,7 +130,7 @@ def study_problems(
             f"transform: {spec.transform!r} is not a known transform"
             f"{did_you_mean(spec.transform or '', TRANSFORMS)}; choose from {list(TRANSFORMS)}"
         )
-    if spec.kind == "property" and transform_ok:
+    if transform_ok:
         for fn, text in cell_functions(spec.model_copy(update={"functions": good})):
             if text != fn:
                 check(text, f"cell {text}")
@@ -143,7 +139,7 @@ def study_problems(
     if unknown:
         problems.append(f"params: unknown {unknown}; allowed: {sorted(allowed_params)}")
     if spec.proxy in PROXIES and spec.options:
-        from normfree.workers.scheduling import NORM_OPTIONS
+        from normfree.workers.kinds.options import NORM_OPTIONS
 
         allowed = set(NORM_OPTIONS) | set(PROXIES[spec.proxy].config_fields())
         bad = sorted(set(spec.options) - allowed)

@@ -13,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from normfree.settings import Settings, get_settings
@@ -93,6 +94,10 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             header.click()
             assert rows.first.locator("td").first.inner_text() == "7"
             page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
+            # its download link saves the ranking as a CSV file (issue 27, 4)
+            with page.expect_download() as got:
+                page.click("#board-csv")
+            assert len(pd.read_csv(got.value.path())) == 7
 
             # Property study: metric vs transform value with error bars, diverged cell marked.
             page.goto(f"{base}studies/{seeded.study_id}")
@@ -101,6 +106,10 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             assert {"erf", "tanh", "diverged"} <= set(legend)
             assert page.locator("#study-figure .errorbar").count() >= 2
             page.screenshot(path=str(shots / "study.png"), full_page=True)
+            with page.expect_download() as got:
+                page.click("#arms-csv")
+            arms = pd.read_csv(got.value.path())
+            assert len(arms) == page.locator("#cells tbody tr").count() > 0
 
             # Fidelity of the study to the published results: summary, scatter per setting,
             # and the leaderboard's line linking to it.
@@ -287,6 +296,7 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
             assert boxes.count() == 7
             boxes.nth(0).check()
             boxes.nth(1).check()
+            page.screenshot(path=str(shots / "study_compare_block.png"), full_page=True)
             page.click("#compare-button")
             page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
             legend = page.locator("#compare-figure .legendtext").all_text_contents()
@@ -309,6 +319,7 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
             page.click("#compare-trials-button")
             page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
             assert page.locator("#compare-figure .legendtext").count() == 3
+            assert page.input_value("#compare-trials") == f"{a},{b},{c}"  # to edit the choice
             page.screenshot(path=str(shots / "compare_trials.png"), full_page=True)
 
             # The search view: history, importance, pruning timeline; its link to /compare.

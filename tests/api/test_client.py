@@ -106,7 +106,7 @@ def test_create_and_wait_with_progress(api: Api) -> None:
         done = nf.wait(sid, timeout=60, poll=0.1, progress=seen.append)
     finally:
         worker.join()
-    assert done["status"] == "complete" and done["progress"]["finished"] == 2
+    assert done["progress"]["state"] == "complete" and done["progress"]["finished"] == 2
     assert seen[0]["progress"]["finished"] < 2 and seen[-1] == done
     assert len(nf.to_dataframe("trials", sid)) == 2
     with pytest.raises(ClientError) as err:
@@ -128,6 +128,7 @@ def test_record_trial_from_a_notebook(api: Api) -> None:
 
     nf = Client(http=api.client)
     assert nf.study(sid)["status"] == "complete"
+    assert nf.wait(sid, timeout=5)["status"] == "complete"  # with its progress bar
     stored = nf.trial(first["trial_id"])
     result = synthetic_result("erf", None, 0, False)
     assert stored["status"] == "COMPLETE" and stored["metrics"] == result.metrics

@@ -56,6 +56,7 @@ def test_arms_of_a_study_draw_every_seed_and_their_mean(api: Api, seeded: Seeded
     # the study page offers its arms as checkboxes for this page
     study_page = api.client.get(f"/studies/{seeded.study_id}").text
     assert 'id="compare-form"' in study_page and f'value="{labels[0]}"' in study_page
+    assert 'id="compare-trials-form"' in study_page  # and a field for trial ids
 
 
 @pytest.mark.parametrize(
@@ -113,6 +114,11 @@ def test_search_view_has_history_importance_and_pruning(api: Api, search: Seeded
     # importance: the properties of the five functions (three completed, two pruned)
     assert view["importance"]["n_candidates"] == 5 and view["importance"]["features"]
     assert view["counts"]["PRUNED"] == 2 and view["counts"]["COMPLETE"] == 3
+    # cached like the study's summary: the same state answers 304 to its ETag
+    again = api.client.get(
+        f"/api/studies/{search.study_id}/search", headers={"If-None-Match": got.headers["etag"]}
+    )
+    assert again.status_code == 304
     page = api.client.get(f"/studies/{search.study_id}/search")
     assert page.status_code == 200
     for div in ("history-figure", "importance-figure", "pruning-figure", "pruned-trials"):
@@ -145,3 +151,45 @@ def test_compare_and_search_on_postgresql(make_api: Any, postgres_database_url: 
     ).json()
     assert [len(a["trial_ids"]) for a in arms["arms"]] == [1, 1]
     assert api.client.get(f"/studies/{search.study_id}/search").status_code == 200
+
+
+@pytest.mark.parametrize("bad", ['{"oops', '"oops"', "[1]"])
+def test_corrupt_stored_rows_never_cost_the_answer(
+    api: Api, search: SeededSearch, bad: str
+) -> None:
+    """A trial whose stored axes or curve metrics are not what they should be is shown under
+    its function's name with what could be read: 200, never a 500."""
+    import sqlalchemy as sa
+
+    tid = search.trial_ids["erf"]
+    with api.repo.db.session() as s:
+        s.execute(sa.text("UPDATE trials SET axis_values = :b WHERE id = :i"), {"b": bad, "i": tid})
+        s.execute(
+            sa.text("UPDATE trial_metrics SET metrics = :b WHERE trial_id = :i"),
+            {"b": bad, "i": tid},
+        )
+    view = api.client.get(f"/api/studies/{search.study_id}/search")
+    assert view.status_code == 200, view.text
+    assert {t["arm"] for t in view.json()["trials"]} >= {"erf", "tanh"}
+    got = api.client.get(f"/api/compare?trials={tid},{search.trial_ids['tanh']}")
+    assert got.status_code == 200, got.text
+    erf = got.json()["trials"][0]
+    assert erf["arm"] == "erf" and all(c["metrics"] == {} for c in erf["curves"])
+    for url in (f"/studies/{search.study_id}/search", f"/compare?trials={tid}"):
+        assert api.client.get(url).status_code == 200, url
+
+
+def test_closed_reads_close_the_new_pages_too(make_api: Any, sqlite_database_url: str) -> None:
+    """With ``public_reads`` off, the comparison and search reads follow the API's read rule:
+    401 without a token, 200 with one (the pages answer 401: a page cannot send a token)."""
+    api = make_api(sqlite_database_url, public_reads=False)
+    search = seed_search_study(api.settings)
+    urls = [
+        f"/api/studies/{search.study_id}/search",
+        f"/api/compare?study={search.study_id}&arm=erf",
+    ]
+    for url in urls:
+        assert api.client.get(url).status_code == 401, url
+        assert api.client.get(url, headers=api.auth).status_code == 200, url
+    for url in (f"/studies/{search.study_id}/search", "/compare"):
+        assert api.client.get(url).status_code == 401, url

@@ -29,8 +29,8 @@ def study(make_api: Callable[..., Api], database_url: str) -> tuple[Api, int]:
     return api, seeded.study_id
 
 
-def _frame(api: Api, url: str, fmt: str) -> pd.DataFrame:
-    r = api.client.get(url, params={"format": fmt})
+def _frame(api: Api, url: str, fmt: str, **params: Any) -> pd.DataFrame:
+    r = api.client.get(url, params={**params, "format": fmt})
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith(export.MEDIA_TYPES[fmt].split(";")[0])
     assert f'.{fmt}"' in r.headers["content-disposition"]
@@ -96,9 +96,14 @@ def test_leaderboard_round_trip(study: tuple[Api, int], fmt: str) -> None:
             assert _same(row[col], arm[col]), (col, row[col], arm[col])
         if arm["vs_layernorm"]:
             assert _same(row["vs_layernorm.mean_diff"], arm["vs_layernorm"]["mean_diff"])
-    # the study filter as the JSON has it
-    only = _frame(api, f"/api/leaderboards/vit-tiny?study_id={sid}", fmt)
+    # the filters as the JSON has them
+    only = _frame(api, "/api/leaderboards/vit-tiny", fmt, study_id=sid)
     assert len(only) == len(board["rows"])
+    group = board["rows"][0]["group"]
+    grouped = api.client.get("/api/leaderboards/vit-tiny", params={"group": group}).json()
+    frame = _frame(api, "/api/leaderboards/vit-tiny", fmt, group=group)
+    assert list(frame["candidate"]) == [r["candidate"] for r in grouped["rows"]]
+    assert set(frame["group"]) == {group} and len(frame) < len(board["rows"])
 
 
 def test_filters_and_errors(study: tuple[Api, int]) -> None:
@@ -108,6 +113,8 @@ def test_filters_and_errors(study: tuple[Api, int]) -> None:
     df = pd.read_csv(io.BytesIO(r.content))
     assert len(df) == 1 and set(df["status"]) == {"DIVERGED"}
     assert c.get(f"/api/studies/{sid}/trials", params={"format": "xml"}).status_code == 422
+    r = c.get(f"/api/studies/{sid}/trials", params={"format": "csv", "cursor": "3"})
+    assert r.status_code == 422 and "whole study" in r.json()["message"]
     for url in ("/api/studies/999/trials", "/api/studies/999/arms"):
         r = c.get(url, params={"format": "csv"})
         assert r.status_code == 404 and "no study 999" in r.json()["message"]
@@ -143,3 +150,25 @@ def test_flatten_and_mixed_columns_to_parquet() -> None:
     df = pd.read_parquet(io.BytesIO(export.to_parquet(rows)))
     assert list(df.columns) == ["a.b", "a.c.d", "l", "nan", "e"]
     assert list(df["a.b"]) == ["1", "word"]
+
+
+def test_pages_link_their_downloads(study: tuple[Api, int]) -> None:
+    """The study page and the leaderboard page link their tables; each link is the export."""
+    import html
+    import re
+
+    api, sid = study
+    c = api.client
+    page = c.get(f"/studies/{sid}", headers={"Accept": "text/html"}).text
+    links = [html.unescape(h) for h in re.findall(r'href="([^"]*format=[^"]*)"', page)]
+    assert len(links) == 4
+    cells = c.get(f"/api/studies/{sid}/arms").json()["items"]
+    arms_csv = next(u for u in links if "/arms" in u and "format=csv" in u)
+    assert len(pd.read_csv(io.BytesIO(c.get(arms_csv).content))) == len(cells)
+
+    board = c.get("/api/leaderboards/vit-tiny", params={"group": "baseline"}).json()
+    page = c.get("/", params={"proxy": "vit-tiny", "group": "baseline"}).text
+    (csv_link,) = [html.unescape(h) for h in re.findall(r'id="board-csv" href="([^"]*)"', page)]
+    assert "group=baseline" in csv_link
+    frame = pd.read_csv(io.BytesIO(c.get(csv_link).content))
+    assert list(frame["candidate"]) == [r["candidate"] for r in board["rows"]]

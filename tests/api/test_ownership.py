@@ -64,7 +64,9 @@ def test_read_scope_cannot_write_and_expired_tokens_are_refused(api: Api) -> Non
     assert api.repo.list_candidates(name_contains="peeked") == []
     gone = api.repo.create_token("gone", ["write"], expires_at=datetime.now(UTC) - timedelta(1))
     r = c.post("/api/studies", json=STUDY, headers=_bearer(gone))
-    assert r.status_code == 403 and "expired" in r.json()["message"]
+    # expired: not credentials any more (401, RFC 6750's invalid_token), saying when
+    assert r.status_code == 401 and "expired at" in r.json()["message"]
+    assert 'error="invalid_token"' in r.headers["WWW-Authenticate"]
     later = create_token(api.repo, "later", expires_days=1)
     assert c.post("/api/studies", json=STUDY, headers=_bearer(later)).status_code == 201
     scopes = {t["name"]: t["scope"] for t in api.repo.list_tokens()}
@@ -94,7 +96,11 @@ def test_only_the_importer_or_an_admin_replaces_or_deletes_a_reference_set(api: 
     # the admin replaces it (and owns it after), then deletes it
     assert c.post("/api/references?replace=true", json=REFERENCE, headers=admin).status_code == 201
     assert c.delete("/api/references/alices", headers=alice).status_code == 403
-    assert c.delete("/api/references/alices", headers=admin).status_code == 200
+    assert c.delete("/api/references/alices?dry_run=true", headers=alice).status_code == 403
+    preview = c.delete("/api/references/alices?dry_run=true", headers=admin).json()
+    assert preview == {"name": "alices", "deleted": False, "dry_run": True, "rows": 1}
+    assert c.get("/api/references/alices").status_code == 200  # the preview removed nothing
+    assert c.delete("/api/references/alices", headers=admin).json()["rows"] == 1
     assert c.get("/api/references/alices").status_code == 404
     assert c.delete("/api/references/alices", headers=admin).status_code == 404
     assert c.delete("/api/references/published", headers=admin).status_code == 409
@@ -119,7 +125,8 @@ def test_only_the_creator_or_an_admin_deletes_a_finished_study(api: Api) -> None
     assert c.delete(f"/api/studies/{sid}", headers=bob).status_code == 403
     assert c.get(f"/api/studies/{sid}").status_code == 200  # still there
     r = c.delete(f"/api/studies/{sid}", headers=alice)
-    assert r.status_code == 200 and r.json() == {"id": sid, "deleted": True}
+    assert r.status_code == 200 and r.json()["id"] == sid and r.json()["deleted"] is True
+    assert r.json()["removes"]["optuna_study"] == f"normfree-study-{sid}"  # what went
     assert c.get(f"/api/studies/{sid}").status_code == 404
     assert api.repo.list_trials(sid) == []
     names = optuna.get_all_study_names(storage=optuna_storage_url(api.settings))

@@ -113,3 +113,10 @@ def test_help_loads_nothing_heavy(tmp_path: Path, args: tuple[str, ...]) -> None
 
     heavy = (*HEAVY, *LIGHT, "httpx", "pandas", "pyarrow")
     assert _loaded(*args, cache=tmp_path, heavy=heavy) == {"code": 0, "heavy": []}
+
+
+def test_the_command_offers_the_formats_the_api_writes() -> None:
+    from normfree.api.export import FILE_FORMATS
+    from normfree.cli.export import FORMATS
+
+    assert set(FORMATS) == set(FILE_FORMATS)

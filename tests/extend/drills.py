@@ -7,8 +7,8 @@ existing tests cover it unchanged: they must run tests of the new row (:data:`TE
 merely pass. A drill that needed another file fails its checks; a doc that lists a file the
 drill does not touch (or misses one it does) fails the comparison.
 
-To drill another extension (a preset, a study kind), add a ``Drill`` to :data:`DRILLS` whose
-``section`` is the doc's heading.
+The preset and study-kind drills are in ``drills_registry.py``; another extension is one more
+``Drill`` whose ``section`` is the doc's heading.
 """
 
 from __future__ import annotations
@@ -32,10 +32,21 @@ class Drill:
     sm_90 compile, which an interpreter process cannot do)."""
 
     section: str  # the ``###`` heading under "How to extend normfree"
-    edits: dict[str, Callable[[str], str]]
+    edits: dict[str, Callable[[str], str]]  # a path not in the checkout is a new file ("")
     checks: tuple[tuple[str, ...], ...]
     uninterpreted: tuple[tuple[str, ...], ...] = ()
     what: str = ""  # the test id ("" = the section)
+    # (placeholder, value): the doc's ``<kind>`` in a path is this drill's new name
+    placeholders: tuple[tuple[str, str], ...] = ()
+
+    def listed(self, doc: Path | None = None) -> set[str]:
+        """The doc's ``Files:`` paths of this section, placeholders filled in."""
+        out = set()
+        for path in documented_files(self.section, doc or DOC):
+            for key, value in self.placeholders:
+                path = path.replace(key, value)
+            out.add(path)
+        return out
 
 
 # ``python -c TESTS_OF NAME ARGS...``: pytest with ARGS, failing unless at least one test whose

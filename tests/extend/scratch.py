@@ -35,7 +35,7 @@ def scratch_copy(dest: Path) -> Path:
 def edit(root: Path, path: str, change: Callable[[str], str]) -> None:
     """Rewrite ``root/path`` with ``change``; a change that changes nothing is a broken drill."""
     file = root / path
-    before = file.read_text()
+    before = file.read_text() if file.exists() else ""  # a new file (a kind's module)
     after = change(before)
     assert after != before, f"the edit of {path} did not apply"
     file.write_text(after)

@@ -18,7 +18,7 @@ from normfree.storage import Database, Repository, optuna_storage_url
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
-HEAD = "0009"  # the newest revision
+HEAD = "0010"  # the newest revision
 
 
 def head(db: Database) -> str:
@@ -247,6 +247,36 @@ def test_0009_backfills_canonical_keys_and_scopes(database_url: str) -> None:
         assert _nullable(inspect(db.engine), "studies", "owner_token_id")
         insp = _downgrade(db, "0008")
         assert "canonical_key" not in {c["name"] for c in insp.get_columns("candidates")}
+        db.migrate()
+        assert db.current_revision() == HEAD
+    finally:
+        db.dispose()
+
+
+def test_0010_adds_archives_tags_and_notes_and_goes_back(database_url: str) -> None:
+    """0010: studies.archived_at, tags (an empty list for existing rows), note;
+    trials.archived (false for existing rows); candidates.archived_at, owner_token_id."""
+    db = Database(database_url)
+    try:
+        db.migrate("0009")
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO studies (kind, proxy, spec, status, created_at, updated_at) "
+                "VALUES ('property', 'vit-tiny', '{}', 'complete', "
+                "'2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+            )
+        db.migrate("0010")
+        insp = inspect(db.engine)
+        assert {"archived_at", "tags", "note"} <= {c["name"] for c in insp.get_columns("studies")}
+        assert "archived" in {c["name"] for c in insp.get_columns("trials")}
+        assert {"archived_at", "owner_token_id"} <= {
+            c["name"] for c in insp.get_columns("candidates")
+        }
+        study = Repository(db).get_study(1)
+        assert study is not None and study["tags"] == [] and study["archived_at"] is None
+        insp = _downgrade(db, "0009")
+        assert "tags" not in {c["name"] for c in insp.get_columns("studies")}
+        assert "archived" not in {c["name"] for c in insp.get_columns("trials")}
         db.migrate()
         assert db.current_revision() == HEAD
     finally:

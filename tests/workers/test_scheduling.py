@@ -7,6 +7,7 @@ import pytest
 
 from normfree.specs import StudySpec
 from normfree.workers import scheduling as sch
+from normfree.workers.kinds import search
 
 
 def _property(**kw: object) -> StudySpec:
@@ -114,16 +115,16 @@ def test_search_space_samplers_and_pruners() -> None:
         pruner="sha",
         params={"alpha0_range": [0.1, 2.0], "lr_range": [1e-4, 1e-2]},
     )
-    dists = sch.search_distributions(spec)
+    dists = search.search_distributions(spec)
     assert set(dists) == {"norm", "alpha0", "lr"}
     assert isinstance(sch.make_sampler(spec), optuna.samplers.TPESampler)
     assert isinstance(sch.make_pruner(spec), optuna.pruners.SuccessiveHalvingPruner)
     hb = spec.model_copy(update={"pruner": "hyperband", "epochs": 9})
     assert isinstance(sch.make_pruner(hb), optuna.pruners.HyperbandPruner)
-    cfg = sch.config_from_params(spec, {"norm": "erf", "alpha0": 0.3, "lr": 2e-3}, seed=4)
+    cfg = search.config_from_params(spec, {"norm": "erf", "alpha0": 0.3, "lr": 2e-3}, seed=4)
     assert cfg.norm.name == "erf" and cfg.norm.alpha0 == 0.3 and cfg.lr == 2e-3 and cfg.seed == 4
     # The whole catalog is the default candidate set; baselines are not candidates.
-    everything = sch.search_functions(spec.model_copy(update={"functions": []}))
+    everything = search.search_functions(spec.model_copy(update={"functions": []}))
     assert "erf" in everything and "layernorm" not in everything
     assert sch.objective_of("vit-tiny") == ("val_acc", "maximize")
 
@@ -142,8 +143,8 @@ def test_extra_seeds_go_to_the_best_arms() -> None:
         ({"norm": "c"}, 0.7),
         ({"norm": "d"}, 0.1),
     ]
-    planned = sch.plan_extra_seeds(spec, finished, "maximize")
+    planned = search.plan_extra_seeds(spec, finished, "maximize")
     assert sorted({p.config.norm.name for p in planned}) == ["b", "c"]
     assert sorted({p.config.seed for p in planned}) == [1, 2]
-    low = sch.plan_extra_seeds(spec, finished, "minimize")
+    low = search.plan_extra_seeds(spec, finished, "minimize")
     assert sorted({p.config.norm.name for p in low}) == ["a", "d"]

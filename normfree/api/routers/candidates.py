@@ -10,22 +10,31 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, fastlane, offload, prescreens, reads, security, services
 from normfree.api.deps import (
+    ArchivedQuery,
+    DryRunQuery,
     GroupQuery,
     PropertyQuery,
     Reader,
     StateDep,
+    WritePrincipal,
     WriterToken,
-    check_token,
+    check_principal,
 )
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
+    ArchiveState,
     CandidateCreate,
     CandidateList,
     CandidatePublic,
     CandidateSubmitted,
     PlotData,
     PrescreenPublic,
+    StudyDeleted,
 )
+from normfree.api.services import housekeeping
+
+# A stored candidate's name, as submitted (``services.check_submission_name`` bounds it).
+StoredName = Annotated[str, Path(min_length=1, max_length=200)]
 
 router = APIRouter(prefix="/candidates", tags=["candidates"])
 
@@ -80,14 +89,15 @@ async def submit_candidate(
     if parsed is None:
         # a formula this process has not parsed: the token first (no parse for a refused
         # request), then the parse in a worker process (api.offload), never here
-        submitter = await reads.quick(state, check_token, state, token)
+        submitter = (await reads.quick(state, check_principal, state, token)).name
         parsed = await parsed_submission(request, state, data, submitter)
 
     def submit() -> CandidateSubmitted:
         # the token's check and the submission in one thread-pool call (each hand-off cost
         # as much as a known function's whole submission under 32 clients)
+        who = check_principal(state, token)
         return services.submit_candidate(
-            state, data, submitter=check_token(state, token), parsed=parsed
+            state, data, submitter=who.name, parsed=parsed, owner_token_id=who.id
         )
 
     result = await reads.quick(state, submit)
@@ -108,19 +118,28 @@ async def list_candidates(
     properties: PropertyQuery = None,
     source: Literal["catalog", "user"] | None = None,
     q: Annotated[str | None, Query(max_length=100, description="Name contains.")] = None,
+    archived: ArchivedQuery = False,
 ) -> Response:
-    """The catalog and stored user candidates, filtered by group, properties, source, name.
+    """The catalog and stored user candidates, filtered by group, properties, source, name
+    (archived ones only with ``?archived=true``).
 
     Cached until a candidate is stored; sends an ETag (``If-None-Match`` answers 304)."""
-    key = await reads.small_read(
-        state, reads.candidates_key, state, group, tuple(properties or ()), source, q
-    )
+    params = (group, tuple(properties or ()), source, q) + (("archived",) if archived else ())
+    key = await reads.small_read(state, reads.candidates_key, state, *params)
     return await cache.serve(
         request,
         state.cache,
         key,
         lambda: cache.json_body(
-            reads.candidates(state, group=group, properties=properties, source=source, q=q, key=key)
+            reads.candidates(
+                state,
+                group=group,
+                properties=properties,
+                source=source,
+                q=q,
+                key=key,
+                archived=archived,
+            )
         ),
     )
 
@@ -194,6 +213,59 @@ async def get_candidate_results(
         return reads.candidate_results(state, pub.name, pub.fingerprint)
 
     return await run_in_threadpool(answer)
+
+
+# -- housekeeping (api.services.housekeeping) ------------------------------------------------
+
+_OWNED = {
+    **_ERRORS,
+    403: {
+        "model": ErrorBody,
+        "description": "Unknown, revoked or read-only token, or a candidate another token "
+        "submitted (only it or an admin token may change it).",
+    },
+    404: {"model": ErrorBody, "description": "No stored candidate of that name."},
+}
+
+
+@router.delete(
+    "/{name}",
+    response_model=StudyDeleted,
+    responses={**_OWNED, 409: {"model": ErrorBody, "description": "A study ran it."}},
+)
+def delete_candidate(
+    state: StateDep, who: WritePrincipal, name: StoredName, dry_run: DryRunQuery = False
+) -> StudyDeleted:
+    """Delete a stored candidate that no study ran. One a study ran answers 409 with the
+    studies (``detail.used_by_studies``): its formula is what their leaderboard arms show;
+    archive it instead, or delete those studies first. ``?dry_run=true`` says whether it
+    can be deleted (``removes.blocked``) and removes nothing."""
+    return housekeeping.delete_candidate(state, name, who, dry_run=dry_run)
+
+
+def _archive(archived: bool):
+    def route(state: StateDep, who: WritePrincipal, name: StoredName) -> ArchiveState:
+        return housekeeping.archive_candidate(state, name, who, archived=archived)
+
+    route.__name__ = "archive_candidate" if archived else "unarchive_candidate"
+    route.__doc__ = (
+        "Hide a stored candidate from the list (``?archived=true`` shows it); studies and "
+        "leaderboards that ran it are unchanged."
+        if archived
+        else "Show an archived candidate in the list again."
+    )
+    return route
+
+
+for _archived, _verb in ((True, "archive"), (False, "unarchive")):
+    router.add_api_route(
+        f"/{{name}}/{_verb}",
+        _archive(_archived),
+        methods=["POST"],
+        response_model=ArchiveState,
+        responses=_OWNED,
+        name=f"{_verb}_candidate",
+    )
 
 
 async def parsed_name(request: Request, state: services.ServiceState, name: str) -> Any:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import comparison_plots, plots
+from normfree.api import cache, comparison_plots, plots, reads
 from normfree.api.compare import Comparison, compare
 from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
 from normfree.api.errors import ErrorBody
@@ -86,11 +86,23 @@ def get_compare(
     tags=["studies"],
     responses={404: {"model": ErrorBody}},
 )
-def get_search(state: StateDep, _reader: Reader, study_id: IdPath) -> SearchView:
+async def get_search(
+    request: Request, state: StateDep, _reader: Reader, study_id: IdPath
+) -> Response:
     """A search or generate study's optimisation history (objective per trial in Optuna's ask
     order, best so far), property importance and pruning timeline (epochs each trial ran; the
-    epoch a pruned one stopped at). 404 for other kinds."""
-    return search_view(state, study_id)
+    epoch a pruned one stopped at). 404 for other kinds. Cached like the study's summary (an
+    ETag that changes when a trial finishes)."""
+    key = reads.derived(
+        "search-view", await reads.small_read(state, reads.study_key, state, study_id)
+    )
+    return await cache.serve(
+        request,
+        state.cache,
+        key,
+        lambda: cache.json_body(search_view(state, study_id)),
+        replay=not reads.driven(key),
+    )
 
 
 def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
@@ -141,9 +153,12 @@ async def page_compare(
 async def page_search(
     request: Request, state: StateDep, _reader: Reader, study_id: IdPath
 ) -> Response:
-    """A search's optimisation history, property importance and pruning timeline."""
+    """A search's optimisation history, property importance and pruning timeline; cached
+    like the study page (built again when a trial finishes or the study changes state)."""
+    study = await reads.small_read(state, reads.study_key, state, study_id)
+    key = reads.derived("page-search", study, str(request.base_url))
 
-    def build() -> Response:
+    def build() -> cache.Cached:
         view = search_view(state, study_id)
         data = view.model_dump(mode="json")
         figures: dict[str, str | None] = {"history": None, "importance": None, "pruning": None}
@@ -162,6 +177,8 @@ async def page_search(
             figures["pruning"] = plots.to_div(
                 comparison_plots.pruning_figure(data["trials"]), "pruning-figure"
             )
-        return _render(request, "search.html", view=view, figures=figures, notices=notices)
+        return cache.html_body(
+            _render(request, "search.html", view=view, figures=figures, notices=notices)
+        )
 
-    return await run_in_threadpool(build)
+    return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, export, reads
@@ -35,6 +35,9 @@ async def get_leaderboard(
     group: GroupQuery = None,
     properties: PropertyQuery = None,
     study_id: StudyIdQuery = None,
+    archived: Annotated[
+        bool, Query(description="Count archived studies and arms too (left out by default).")
+    ] = False,
     format: FormatQuery = "json",
 ) -> Response:
     """Arms of ``proxy`` ranked by the pessimistic end of their 95% t interval (one lucky seed
@@ -52,15 +55,22 @@ async def get_leaderboard(
             group=group,
             properties=properties,
             study_id=study_id,
+            archived=archived,
         )
         return export.respond(rows, format, f"leaderboard-{proxy}")
     key = await reads.small_read(
-        state, reads.leaderboard_key, state, proxy, group, properties, study_id
+        state, reads.leaderboard_key, state, proxy, group, properties, study_id, archived
     )
 
     def build() -> cache.Cached:
         board = reads.leaderboard(
-            state, proxy, group=group, properties=properties, study_id=study_id, key=key
+            state,
+            proxy,
+            group=group,
+            properties=properties,
+            study_id=study_id,
+            key=key,
+            archived=archived,
         )
         return cache.json_body(board)
 

@@ -38,7 +38,7 @@ from normfree.api.deps import (
     Reader,
     StateDep,
     StudyIdQuery,
-    check_token,
+    check_principal,
 )
 from normfree.api.errors import ApiError, describe_validation
 from normfree.api.routers import candidates
@@ -117,7 +117,10 @@ def _badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
 
 
 def install_filters(templates: Jinja2Templates) -> None:
+    from normfree.api.search import search_kinds
+
     templates.env.filters["property_badges"] = _badges
+    templates.env.globals["search_kinds"] = search_kinds()  # the kinds with a search view
     links.install(templates.env)
 
 
@@ -134,15 +137,23 @@ async def page_leaderboard(
     proxy: Annotated[str | None, Query(max_length=100)] = None,
     group: GroupQuery = None,
     properties: PropertyQuery = None,
+    archived: bool = False,
 ) -> Response:
-    """The leaderboard of one proxy (default: the first with results); cached like its JSON."""
+    """The leaderboard of one proxy (default: the first with results); cached like its JSON.
+    ``archived``: archived studies and arms count too."""
     wanted = [p for p in properties or [] if p]
 
     def keys() -> tuple[list[str], str | None, reads.Key | None, reads.Key]:
         proxies = services.proxies_with_results(state)
         shown = proxy or (proxies[0] if proxies else None)
-        lb_key = reads.leaderboard_key(state, shown, group or None, wanted) if shown else None
-        family = ("page-leaderboard", str(request.base_url), shown, group, tuple(wanted))
+        lb_key = (
+            reads.leaderboard_key(state, shown, group or None, wanted, None, archived)
+            if shown
+            else None
+        )
+        family = (
+            "page-leaderboard", str(request.base_url), shown, group, tuple(wanted), archived
+        )  # fmt: skip
         versions = (tuple(proxies), lb_key[1] if lb_key else None, reads.candidates_key(state)[1])
         return proxies, shown, lb_key, (family, versions)
 
@@ -156,7 +167,12 @@ async def page_leaderboard(
             board = parts.build(
                 "the leaderboard",
                 lambda: reads.leaderboard(
-                    state, proxy, group=group or None, properties=wanted, key=lb_key
+                    state,
+                    proxy,
+                    group=group or None,
+                    properties=wanted,
+                    key=lb_key,
+                    archived=archived,
                 ),
                 None,
             )
@@ -193,6 +209,7 @@ async def page_leaderboard(
                 groups=groups,
                 properties=properties or [],
                 figure=figure,
+                archived=archived,
             )
         )
 
@@ -322,18 +339,40 @@ def _candidate_page(
 
 
 @router.get("/studies", response_class=HTMLResponse, name="page_studies")
-def page_studies(request: Request, state: StateDep, _reader: Reader) -> Response:
+def page_studies(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    tag: Annotated[str | None, Query(max_length=40)] = None,
+    archived: bool = False,
+) -> Response:
+    """The studies, with their tags and notes; ``?tag=`` filters, ``?archived=true`` shows
+    archived ones too."""
     parts = PageParts("studies")
-    studies = parts.build("the studies", lambda: services.list_studies(state).items, [])
-    return _render(request, "studies.html", notices=parts.notices, studies=studies)
+    studies = parts.build(
+        "the studies",
+        lambda: services.list_studies(state, tag=tag or None, archived=archived).items,
+        [],
+    )
+    return _render(
+        request, "studies.html", notices=parts.notices, studies=studies, tag=tag, archived=archived
+    )
 
 
 def _study_figure(detail: Any) -> Any:
+    """The objective against the axis the study's kind names (a property study's transform),
+    one curve per function; else the cells side by side."""
+    from normfree.specs import StudySpec
+    from normfree.workers import kinds
+
     cells = [c.model_dump() for c in detail.cells if not c.baseline]
-    transform = detail.spec.get("transform")
-    if detail.kind == "property" and transform:
+    try:
+        axis = kinds.get(detail.kind).figure_axis(StudySpec.model_validate(detail.spec))
+    except ValueError:  # an unreadable stored spec or kind: the cells side by side
+        axis = None
+    if axis:
         refs = [c.model_dump() for c in detail.cells if c.baseline]
-        return plots.study_figure(cells, detail.objective, transform, refs)
+        return plots.study_figure(cells, detail.objective, axis, refs)
     return plots.options_figure([c.model_dump() for c in detail.cells], detail.objective)
 
 
@@ -558,10 +597,12 @@ async def page_submit_post(
     form = {"name": name, "formula": formula, "description": description}
     try:
         data = CandidateCreate(name=name, formula=formula, description=description.strip() or None)
-        who = await run_in_threadpool(check_token, state, token.strip() or None)
-        parsed = await candidates.parsed_submission(request, state, data, who)
+        who = await run_in_threadpool(check_principal, state, token.strip() or None)
+        parsed = await candidates.parsed_submission(request, state, data, who.name)
         result = await run_in_threadpool(
-            lambda: services.submit_candidate(state, data, submitter=who, parsed=parsed)
+            lambda: services.submit_candidate(
+                state, data, submitter=who.name, parsed=parsed, owner_token_id=who.id
+            )
         )
     except ValidationError as exc:
         msg = describe_validation([dict(e) for e in exc.errors()])

@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, fidelity, offload, reads, security
-from normfree.api.deps import Reader, StateDep, WritePrincipal
+from normfree.api.deps import DryRunQuery, Reader, StateDep, WritePrincipal
 from normfree.api.errors import ErrorBody
 from normfree.api.schemas import (
     ReferenceSetDeleted,
@@ -133,7 +133,10 @@ async def import_reference(
         409: {"model": ErrorBody, "description": "The built-in set cannot be deleted."},
     },
 )
-def delete_reference(name: NamePath, state: StateDep, who: WritePrincipal) -> ReferenceSetDeleted:
-    """Delete a set: only the token that imported it, or an admin token, may."""
-    fidelity.delete_reference(state, name, who)
-    return ReferenceSetDeleted(name=name)
+def delete_reference(
+    name: NamePath, state: StateDep, who: WritePrincipal, dry_run: DryRunQuery = False
+) -> ReferenceSetDeleted:
+    """Delete a set with its rows: only the token that imported it, or an admin token, may.
+    ``?dry_run=true`` makes every check and says how many rows would go, removing nothing."""
+    rows = fidelity.delete_reference(state, name, who, dry_run=dry_run)
+    return ReferenceSetDeleted(name=name, deleted=not dry_run, dry_run=dry_run, rows=rows)

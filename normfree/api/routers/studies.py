@@ -8,17 +8,29 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import budget, cache, export, offload, reads, security, services
-from normfree.api.deps import FormatQuery, IdPath, Reader, StateDep, WritePrincipal
-from normfree.api.errors import ErrorBody
+from normfree.api.deps import (
+    ArchivedQuery,
+    ArmPath,
+    DryRunQuery,
+    FormatQuery,
+    IdPath,
+    Reader,
+    StateDep,
+    WritePrincipal,
+)
+from normfree.api.errors import ApiError, ErrorBody
 from normfree.api.schemas import (
+    ArchiveState,
     ArmList,
     StudyCreate,
     StudyDeleted,
     StudyDetail,
     StudyList,
+    StudyPatch,
     StudyPublic,
     TrialPage,
 )
+from normfree.api.services import housekeeping
 from normfree.specs import StudyKindName, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
@@ -85,9 +97,12 @@ def list_studies(
     _reader: Reader,
     status: StudyStatus | None = None,
     kind: StudyKindName | None = None,
+    tag: Annotated[str | None, Query(max_length=40, description="Only studies with it.")] = None,
+    archived: ArchivedQuery = False,
 ) -> StudyList:
-    """Studies, newest first, with their progress."""
-    return services.list_studies(state, status=status, kind=kind)
+    """Studies, newest first, with their progress, tags and note (archived ones only with
+    ``?archived=true``)."""
+    return services.list_studies(state, status=status, kind=kind, tag=tag, archived=archived)
 
 
 @router.get("/{study_id}", response_model=StudyDetail, responses={404: {"model": ErrorBody}})
@@ -152,6 +167,10 @@ def list_study_trials(
     with its config, metrics and diagnostics summary (``api.export``; no paging)."""
     statuses = list(status) if status else None
     if format != "json":
+        if cursor is not None:
+            raise ApiError(
+                422, "invalid_cursor", "cursor pages the JSON list; a file is the whole study"
+            )
         return export.respond(
             export.trial_rows(state, study_id, statuses), format, f"study-{study_id}-trials"
         )
@@ -210,7 +229,86 @@ for _action in ("pause", "resume", "cancel"):
         },
     },
 )
-def delete_study(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyDeleted:
-    """Delete a finished study with its trials and its Optuna study (cancel it first). Only
-    the token that created it, or an admin token, may; its proxy's leaderboard drops it."""
-    return services.delete_study(state, study_id, who)
+def delete_study(
+    state: StateDep, who: WritePrincipal, study_id: IdPath, dry_run: DryRunQuery = False
+) -> StudyDeleted:
+    """Delete a finished study with its trials (curves, diagnostics) and its Optuna study
+    (cancel it first). Only the token that created it, or an admin token, may; its proxy's
+    leaderboard drops it. The answer's ``removes`` lists what went; ``?dry_run=true`` lists
+    it and removes nothing. Archiving (``POST .../archive``) hides it and keeps every row."""
+    return services.delete_study(state, study_id, who, dry_run=dry_run)
+
+
+# -- housekeeping: archives, arms, tags and notes (api.services.housekeeping) ----------------
+
+
+@router.patch("/{study_id}", response_model=StudyPublic, responses=_CONTROL)
+def patch_study(
+    state: StateDep, who: WritePrincipal, study_id: IdPath, data: StudyPatch
+) -> StudyPublic:
+    """Add or remove tags (``add_tags``, ``remove_tags``) and set the note (``note``; an
+    empty string clears it). Tags are 1-40 characters without spaces or commas, at most 20."""
+    return housekeeping.patch_study(state, study_id, data, who)
+
+
+def _archive(archived: bool):
+    def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> ArchiveState:
+        return housekeeping.archive_study(state, study_id, who, archived=archived)
+
+    route.__name__ = "archive_study" if archived else "unarchive_study"
+    route.__doc__ = (
+        "Archive a finished study: it leaves lists and leaderboards (``?archived=true`` shows "
+        "it), every row kept."
+        if archived
+        else "Restore an archived study to lists and leaderboards."
+    )
+    return route
+
+
+def _archive_arm(archived: bool):
+    def route(
+        state: StateDep, who: WritePrincipal, study_id: IdPath, arm_key: ArmPath
+    ) -> ArchiveState:
+        return housekeeping.archive_arm(state, study_id, arm_key, who, archived=archived)
+
+    route.__name__ = "archive_arm" if archived else "unarchive_arm"
+    route.__doc__ = (
+        "Take one arm of the study (a cell's ``arm_keys``) off the leaderboards; the study "
+        "still shows it, marked archived."
+        if archived
+        else "Put an archived arm of the study back on the leaderboards."
+    )
+    return route
+
+
+for _archived, _verb in ((True, "archive"), (False, "unarchive")):
+    router.add_api_route(
+        f"/{{study_id}}/{_verb}",
+        _archive(_archived),
+        methods=["POST"],
+        response_model=ArchiveState,
+        responses=_CONTROL,
+        name=f"{_verb}_study",
+    )
+    router.add_api_route(
+        f"/{{study_id}}/arms/{{arm_key}}/{_verb}",
+        _archive_arm(_archived),
+        methods=["POST"],
+        response_model=ArchiveState,
+        responses=_CONTROL,
+        name=f"{_verb}_arm",
+    )
+
+
+@router.delete("/{study_id}/arms/{arm_key}", response_model=StudyDeleted, responses=_CONTROL)
+def delete_arm(
+    state: StateDep,
+    who: WritePrincipal,
+    study_id: IdPath,
+    arm_key: ArmPath,
+    dry_run: DryRunQuery = False,
+) -> StudyDeleted:
+    """Delete one arm of a finished study: its trials, curves and diagnostics; its proxy's
+    leaderboard is folded again without them (the Optuna study keeps its history). The
+    answer's ``removes`` lists what went; ``?dry_run=true`` lists it and removes nothing."""
+    return housekeeping.delete_arm(state, study_id, arm_key, who, dry_run=dry_run)

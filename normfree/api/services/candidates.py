@@ -119,7 +119,11 @@ def _candidate_public(c: Any, *, source: str) -> S.CandidatePublic:
     """
     if isinstance(c, Mapping):
         d = dict(c)
-        stored = {"submitter": d.get("submitter"), "created_at": d.get("created_at")}
+        stored = {
+            "submitter": d.get("submitter"),
+            "created_at": d.get("created_at"),
+            "archived": d.get("archived_at") is not None,
+        }
         if source == "user":
             d["description"], d["citation"] = d.get("citation"), None
         else:
@@ -378,6 +382,7 @@ def submit_candidate(
     *,
     prescreen: bool = True,
     parsed: tuple[Any, str | None] | None = None,
+    owner_token_id: int | None = None,
 ) -> S.CandidateSubmitted:
     """Parse, dedup, store (unless a duplicate), prescreen. Shared by REST and the form.
 
@@ -422,6 +427,7 @@ def submit_candidate(
             row,
             submitter=submitter,
             prescreen=prescreens.pending().model_dump(mode="json") if screening else None,
+            owner_token_id=owner_token_id,
         )
     except CandidateConflict as lost:
         if lost.field == "name":
@@ -481,13 +487,15 @@ def list_candidates(
     properties: list[str] | None = None,
     source: str | None = None,
     q: str | None = None,
+    archived: bool = False,
 ) -> S.CandidateList:
+    """The catalog and the stored candidates (archived ones only with ``archived``)."""
     items: list[S.CandidatePublic] = []
     if source in (None, "catalog"):
         items.extend(_catalog_public())
     if source in (None, "user"):
         names = {c.name for c in items}
-        for row in state.repo.list_candidates():
+        for row in state.repo.list_candidates(archived=archived):
             if row["name"] not in names:
                 items.append(_candidate_public(row, source="user"))
     if group:

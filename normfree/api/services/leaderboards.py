@@ -79,10 +79,13 @@ def leaderboard(
     group: str | None = None,
     properties: list[str] | None = None,
     study_id: int | None = None,
+    archived: bool = False,
 ) -> S.LeaderboardPublic:
+    """The board of ``proxy``; archived studies and arms count only with ``archived``."""
     from normfree.storage.leaderboard import arm_text, row_options
 
-    rows = finite(state.repo.leaderboard(proxy, study_id=study_id))
+    extra = {"archived": True} if archived else {}
+    rows = finite(state.repo.leaderboard(proxy, study_id=study_id, **extra))
     if not rows and not _known_proxy(proxy):
         from normfree.workers.proxies import PROXIES
 
@@ -126,7 +129,12 @@ def leaderboard(
                 unreadable=r.get("unreadable") or [],
             )
         )
-    filters = {"group": group, "property": properties or [], "study_id": study_id}
+    filters = {
+        "group": group,
+        "property": properties or [],
+        "study_id": study_id,
+        "archived": archived,
+    }
     unreadable: list[str] = []
     fid = _fidelity_line(state, proxy, study_id, unreadable)
     return S.LeaderboardPublic(

@@ -90,6 +90,9 @@ def _study_public(
         created_at=row.get("created_at"),
         updated_at=snap.updated_at,
         progress=_progress(state.repo, row["id"], snap, best),
+        tags=row.get("tags") or [],
+        note=row.get("note"),
+        archived=row.get("archived_at") is not None,
         running_in_background=bool(state.runner and state.runner.is_active(row["id"])),
     )
 
@@ -205,9 +208,16 @@ def created(state: ServiceState, study_id: int, estimate: Any) -> S.StudyPublic:
 
 
 def list_studies(
-    state: ServiceState, *, status: str | None = None, kind: str | None = None
+    state: ServiceState,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    tag: str | None = None,
+    archived: bool = False,
 ) -> S.StudyList:
-    rows = state.repo.list_studies(status=status)
+    """Studies, newest first; archived ones only with ``archived``, only those tagged ``tag``
+    when one is named."""
+    rows = state.repo.list_studies(status=status, archived=archived, tag=tag)
     if kind:
         rows = [r for r in rows if r["kind"] == kind]
     items = []
@@ -225,7 +235,8 @@ def arm_of(
     to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
     from normfree.storage.leaderboard import arm_text, identity
 
-    ax = dict(trial.get("axis_values") or {})
+    stored = trial.get("axis_values")
+    ax = dict(stored) if isinstance(stored, Mapping) else {}  # unreadable: no axes, its name
     ax.pop("seed", None)
     function = identity(str(ax.pop("function", trial["candidate"])))
     baseline = bool(ax.pop("baseline", False))
@@ -252,6 +263,7 @@ def _cells(
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
     for ts in groups.values():
+        arms = sorted({str(t["arm_key"]) for t in ts if t.get("arm_key")})
         function, label, baseline, value, ax = arm_of(ts[0], transform)
         summ = stats.summarize(_values_by_seed(ts))
         cells.append(
@@ -270,6 +282,8 @@ def _cells(
                 std=summ.std,
                 ci_low=summ.low,
                 ci_high=summ.high,
+                arm_keys=arms,
+                archived=all(t.get("archived") for t in ts),
             )
         )
     cells.sort(key=lambda c: (c.baseline, c.function, c.value if c.value is not None else 0.0))
@@ -300,10 +314,12 @@ def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any
 
 
 def _kind_fields(kind: str, report: dict[str, Any] | None) -> dict[str, Any]:
-    """The kind's report under the StudyDetail field named after the kind (generate, search)."""
-    if report is None or kind not in S.StudyDetail.model_fields:
+    """The kind's report as ``report``, and under the StudyDetail field named after the kind
+    where there is one (generate, search: their clients read it there)."""
+    if report is None:
         return {}
-    return {kind: report}
+    named = {kind: report} if kind in S.StudyDetail.model_fields else {}
+    return {"report": report, **named}
 
 
 def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], progress.Snapshot]:
@@ -333,7 +349,7 @@ def _study_cells(
 
         fields = (
             "candidate", "seed", "status", "axis_values", "objective", "direction", "value",
-            "error", "failure",
+            "error", "failure", "arm_key", "archived",
         )  # fmt: skip
         with state.db.read() as conn:
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
@@ -394,6 +410,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         **_kind_fields(row["kind"], generate),
         cells=cells,
         trials=listed,
+        archived_arms=sorted({k for c in cells if c.archived for k in c.arm_keys}),
     )
 
 
@@ -462,6 +479,10 @@ def control_study(
         if row is None:
             raise not_found("study", study_id)
         require_owner(who, row.get("owner_token_id"), f"study {study_id}")
+        if row.get("archived_at") is not None:
+            raise ApiError(
+                409, "conflict", f"study {study_id} is archived: restore it (unarchive) first"
+            )
 
     restart = state.runner is not None and not state.runner.is_active(study_id)
     try:
@@ -477,10 +498,13 @@ def control_study(
     return _study_public(state, row)
 
 
-def delete_study(state: ServiceState, study_id: int, who: Principal) -> S.StudyDeleted:
+def delete_study(
+    state: ServiceState, study_id: int, who: Principal, *, dry_run: bool = False
+) -> S.StudyDeleted:
     """Delete a finished study, its trials and its Optuna study: 404 when none, 403 unless
     ``who`` created it or is an admin token, 409 unless it is cancelled, complete or failed
-    with no trial running. The leaderboards of its proxy are folded again without it."""
+    with no trial running. The leaderboards of its proxy are folded again without it. The
+    answer lists what was removed; ``dry_run`` lists it and removes nothing."""
     from normfree.api.deps import require_owner
     from normfree.storage.studies import StudyBusy
 
@@ -489,16 +513,29 @@ def delete_study(state: ServiceState, study_id: int, who: Principal) -> S.StudyD
         raise not_found("study", study_id)
     require_owner(who, row.get("owner_token_id"), f"study {study_id}")
     try:
+        removes = S.Removal(**state.repo.study_removal(study_id))
+    except KeyError:
+        raise not_found("study", study_id) from None
+    if dry_run:
+        return S.StudyDeleted(id=study_id, deleted=False, dry_run=True, removes=removes)
+    try:
         optuna_name = state.repo.delete_finished_study(study_id)
     except KeyError:
         raise not_found("study", study_id) from None
     except StudyBusy as exc:
         raise ApiError(409, "conflict", str(exc)) from None
-    if optuna_name:
-        import optuna
+    drop_optuna_study(state.store, optuna_name)
+    return S.StudyDeleted(id=study_id, removes=removes)
 
-        try:
-            optuna.delete_study(study_name=optuna_name, storage=state.store.optuna_storage())
-        except Exception:  # never created, or gone: our rows are what the API shows
-            log.info("no Optuna study %s to delete", optuna_name, exc_info=True)
-    return S.StudyDeleted(id=study_id)
+
+def drop_optuna_study(store: Any, optuna_name: str | None) -> None:
+    """Delete a deleted study's Optuna study (another database: after our rows are gone, so a
+    failure here leaves a sampler history no row points at, never a row without its study)."""
+    if not optuna_name:
+        return
+    import optuna
+
+    try:
+        optuna.delete_study(study_name=optuna_name, storage=store.optuna_storage())
+    except Exception:  # never created, or gone: our rows are what the API shows
+        log.info("no Optuna study %s to delete", optuna_name, exc_info=True)

@@ -1,18 +1,22 @@
 """The contract every study kind fulfils (:class:`StudyKind`) and the parameters all share.
 
-A kind decides four things: what a request for it must contain (``problems``, ``validate``), the
-trials known up front (``plan``), how it reacts as trials finish (``refill`` when nothing is left
-to lease, ``finish`` when everything has run) and how Optuna chooses and prunes (``sampler``,
-``pruner``). The driver, the API and the CLI ask the kind and never test ``spec.kind``
-themselves, so a new kind is one module here plus its tests (see docs/architecture.md).
+A kind decides what a request for it must contain (``problems``, ``validate``), the trials
+known up front (``plan``, with its cells), how it reacts as trials finish (``refill`` when
+nothing is left to lease, ``finish`` when everything has run), how Optuna chooses and prunes
+(``sampler``, ``pruner``) and how its results read (``report``, ``report_lines``,
+``figure_axis``). The driver, the API, the CLI and the pages ask the kind and never test
+``spec.kind`` themselves, so a new kind is one module here plus its registration (see
+docs/architecture.md); ``smoke_spec`` is the small study every kind must run end to end
+(tests/workers/test_kind_contract.py).
 
 ``StudySpec`` stays the one stored and transmitted form of a study (its JSON is in every
-database); a kind reads its typed parameters out of ``spec.params`` with :meth:`params`.
+database); a kind reads its typed parameters, defaults included, out of ``spec.params`` with
+:meth:`StudyKind.params` (:func:`common_params` for the keys every kind shares).
 """
 
 from __future__ import annotations
 
-from abc import ABC
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
@@ -36,8 +40,9 @@ class CommonParams(BaseModel):
     typed and bounded: ``"affine": "no"`` is not a boolean, ``seed0: 1.5`` not an integer, and
     an lr of -1 or 1e308 or a seed that would not fit the database's integer are refused.
 
-    Keys of other kinds pass through (``extra="allow"``); ``StudyParams`` types them all.
-    Defaults are None where the engine has its own (``scheduling``), so "not given" stays visible.
+    Keys of other kinds pass through (``extra="allow"``); ``StudyParams`` types them all. Each
+    default is stated here, once; None means "the preset's own" (lr, dataset ...) or "the
+    study's" (``affine``: the norm's default), never a default written elsewhere.
     """
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -49,16 +54,20 @@ class CommonParams(BaseModel):
     warmup_epochs: float | None = Field(default=None, ge=0, le=MAX_EPOCHS)
     overrides: dict[str, Scalar] = Field(default_factory=dict, max_length=16)
     affine: StrictBool | None = None  # gamma/beta on every norm, baselines included
-    sampler_seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
+    sampler_seed: StrictInt = Field(default=0, ge=0, le=MAX_SEED)
 
 
 class PruningParams(CommonParams):
     """Keys of the kinds whose trials a pruner may stop (``scheduling.epoch_pruner``)."""
 
-    # successive halving / hyperband (default 3)
-    reduction_factor: StrictInt | None = Field(default=None, ge=2, le=100)
-    # epochs before any pruning verdict (default: a quarter of the budget)
+    reduction_factor: StrictInt = Field(default=3, ge=2, le=100)  # successive halving/hyperband
+    # epochs before any pruning verdict; None: a quarter of the budget (``epoch_pruner``)
     min_resource: StrictInt | None = Field(default=None, ge=1, le=MAX_EPOCHS)
+
+
+def common_params(spec: StudySpec) -> CommonParams:
+    """The keys every kind shares, typed, with their defaults (ValueError when one is wrong)."""
+    return CommonParams.model_validate(spec.params)
 
 
 def needs_functions(spec: StudySpec) -> list[str]:
@@ -69,9 +78,12 @@ def needs_functions(spec: StudySpec) -> list[str]:
 
 
 class StudyKind(ABC):
-    """One kind of study. Subclasses set ``name`` and ``Params`` and override what they need."""
+    """One kind of study. Subclasses set ``name``, ``summary`` and ``Params``, give their
+    ``smoke_spec`` and override what else they need."""
 
     name: ClassVar[str]
+    # One line for people: the API schema's description of ``kind`` and the CLI's help.
+    summary: ClassVar[str]
     Params: ClassVar[type[CommonParams]] = CommonParams
     # Grid kinds plan every trial at creation; the driver gives each an Optuna trial by enqueueing
     # it. Other kinds get their Optuna trial when they ask Optuna for the point (search).
@@ -79,6 +91,9 @@ class StudyKind(ABC):
     asks_optuna: ClassVar[bool] = False
     # Whether its trials report each epoch to a pruner (``spec.pruner`` then applies).
     prunes: ClassVar[bool] = False
+    # Whether its trials come one after another, each chosen from the results before it: its
+    # optimisation history means something (the API's and the pages' search view).
+    searches: ClassVar[bool] = False
 
     # -- requests ----------------------------------------------------------------------------
     def param_names(self) -> set[str]:
@@ -126,6 +141,16 @@ class StudyKind(ABC):
         """How many trials a kind that is not a grid runs at most."""
         return self.trial_count(spec)
 
+    @abstractmethod
+    def smoke_spec(self, proxy: str) -> StudySpec:
+        """The smallest study of this kind that exercises it end to end on ``proxy`` (a smoke
+        preset): what the kind contract test creates, plans, runs and ranks."""
+
+    def cell_functions(self, spec: StudySpec) -> list[tuple[str, str]]:
+        """(function named, text trained) for every cell the study plans, so a request's
+        cells are checked before anything is written: the functions as given, by default."""
+        return [(fn, fn) for fn in spec.functions]
+
     # -- planning and reacting ---------------------------------------------------------------
     def plan(self, spec: StudySpec) -> list[PlannedTrial]:
         """The trials known at creation (inserted with the study)."""
@@ -157,4 +182,13 @@ class StudyKind(ABC):
     # -- results -----------------------------------------------------------------------------
     def report(self, store: Any, study_id: int) -> dict[str, Any] | None:
         """What the kind adds to a study's results beyond its leaderboard (None: nothing)."""
+        return None
+
+    def report_lines(self, report: dict[str, Any]) -> list[str]:
+        """:meth:`report` for people, one line each (the CLI prints them under the leaderboard)."""
+        return []
+
+    def figure_axis(self, spec: StudySpec) -> str | None:
+        """The axis the study page plots its objective against, one curve per function (the
+        transform of a property study); None: the cells side by side."""
         return None

@@ -29,10 +29,27 @@ def _options_fields() -> set[str]:
     return set(GenerateOptions.model_fields)
 
 
+_STOPS = ("invalid", "duplicate", "constraint", "prescreen", "ranked_out", "train", "seed")
+
+
 class GenerateKind(StudyKind):
     name = "generate"
+    summary = (
+        "new functions evolved from the expression grammar (params: generations, population, "
+        "children, constraints, ...)"
+    )
     Params: ClassVar[type[CommonParams]] = GenerateKindParams
     prunes = True
+    searches = True
+
+    def smoke_spec(self, proxy: str) -> StudySpec:
+        params = {
+            "generations": 1, "population": 2, "children": 1, "max_proposals": 20,
+            "prescreen": False,
+        }  # fmt: skip
+        return StudySpec(
+            kind=self.name, proxy=proxy, seeds=1, baselines=["layernorm"], epochs=1, params=params
+        )
 
     def param_names(self) -> set[str]:
         return set(self.Params.model_fields) | _options_fields()
@@ -54,7 +71,8 @@ class GenerateKind(StudyKind):
         from normfree.workers.evolution import generate_options
 
         opts = generate_options(spec)
-        return (opts.population + opts.generations * opts.n_children(1)) * spec.seeds
+        trained = opts.population + opts.generations * opts.n_children(1)
+        return (trained + len(spec.baselines)) * spec.seeds  # the baselines run beside them
 
     def planning_seconds(self, spec: StudySpec) -> float:
         """Every generation's proposals and prescreens at their most (``run_generation`` stops
@@ -81,3 +99,34 @@ class GenerateKind(StudyKind):
         from normfree.workers.generate import study_report
 
         return study_report(store, study_id)
+
+    def report_lines(self, report: dict[str, Any]) -> list[str]:
+        """Each generation's proposals and where they stopped, then the property importance."""
+        head = ("gen", "proposed", *_STOPS)
+        rows = [head] + [
+            (
+                str(g["generation"]),
+                str(g["proposed"]),
+                *(str(g["counts"].get(c, 0)) for c in _STOPS),
+            )
+            for g in report["generations"]
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        out = ["generations: proposals and where they stopped"]
+        out += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        if (frac := report.get("fraction_rejected")) is not None:
+            saved = report.get("trial_s_avoided")
+            avoided = f", ~{saved:.0f} trial-seconds avoided" if saved else ""
+            out.append(f"rejected before training: {100 * frac:.0f}% of proposals{avoided}")
+        imp = report.get("importance") or {}
+        features = [f for f in imp.get("features", []) if not f.get("constant")]
+        if features:
+            out.append(f"property importance ({imp['method']}, n={imp['n_candidates']}):")
+            for f in features:
+                ci = (
+                    f"[{f['ci_low']:+.2f}, {f['ci_high']:+.2f}]" if f["ci_low"] is not None else "-"
+                )
+                out.append(f"  {f['name']}: rho {f['rho']:+.2f} {ci}")
+        elif imp.get("note"):
+            out.append(f"property importance: {imp['note']}")
+        return out

@@ -66,7 +66,7 @@ def upgrade() -> None:
     )
     from normfree.storage.aggregates import rebuild
 
-    rebuild(op.get_bind())
+    rebuild(op.get_bind(), archives=False)  # no archives before 0010
 
 
 def downgrade() -> None:

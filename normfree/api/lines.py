@@ -13,6 +13,10 @@ done (its ``cells`` say what it covers), and the board is built again when the c
 done (a target's :meth:`FidelityLines.stamp` is part of its reads' keys, and the
 lines' :attr:`FidelityLines.epoch` of the fast lane's stamp).
 
+A target's lines are spaced: the next starts no sooner than :data:`SPACING` times the last
+one's cost after it, so a line lags a stream of writes by a few commits (its ``cells`` say what
+it covers) while the thread leaves the GIL to the reads.
+
 A line that fails raises its exception to the build that waits for it (the board names
 ``fidelity`` as unreadable); a build that does not wait shows the previous line.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -29,6 +34,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Target = tuple[str, Any]  # ("proxy", name) or ("study", id)
+# A target's next line starts no sooner than this many times its last line's cost after it:
+# a line over 10k trials is a few hundred ms of CPU, and a writer moves it five times a second.
+SPACING = 9.0
 
 
 class FidelityLines:
@@ -44,6 +52,7 @@ class FidelityLines:
         self._wake = threading.Condition(self._lock)
         self._stamps: dict[Target, int] = {}
         self._shown_old: set[tuple[Target, Hashable]] = set()
+        self._not_before: dict[Target, float] = {}
         self.epoch = 0  # every line done (the fast lane's stamp)
 
     def line(
@@ -109,16 +118,26 @@ class FidelityLines:
             self._thread = threading.Thread(target=self._loop, name="normfree-lines", daemon=True)
             self._thread.start()
 
+    def _next(self) -> Target:
+        """The next target whose spacing has passed (waits for one); under the lock."""
+        while True:
+            now = time.monotonic()
+            ready = [t for t in self._order if self._not_before.get(t, 0.0) <= now]
+            if ready:
+                self._order.remove(ready[0])
+                return ready[0]
+            soonest = min((self._not_before.get(t, 0.0) for t in self._order), default=None)
+            self._wake.wait(None if soonest is None else max(0.0, soonest - now))
+
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._order:
-                    self._wake.wait()
-                target = self._order.pop(0)
+                target = self._next()
                 version, compute, future = self._wanted.pop(target)
                 if not future.set_running_or_notify_cancel():
                     continue
                 self._running[target] = (version, future)
+            started = time.monotonic()
             try:
                 value = compute()
             except BaseException as exc:  # raised to the build that waits, logged by it
@@ -127,6 +146,9 @@ class FidelityLines:
                 future.set_exception(exc)
                 continue
             with self._lock:
+                # a target's next line waits SPACING times this one's cost: under a stream of
+                # writes the thread (and the GIL it holds) stays mostly free for the reads
+                self._not_before[target] = time.monotonic() + SPACING * (time.monotonic() - started)
                 self._running.pop(target, None)
                 self._done[target] = (version, value)
                 # an older line shown for this version, or for one it replaced

@@ -44,6 +44,28 @@ from normfree.storage.models import (
 )
 from normfree.storage.records import TrialRecord
 
+# A finished trial whose result another study may reuse: an outcome of its configuration.
+REUSABLE_STATUSES = ("COMPLETE", "DIVERGED")
+# What a reused row takes from the trial that ran (its own id, study, key, axes and Optuna
+# number stay; ``finished_at`` is the run's, so "latest seed wins" orders it as that run).
+_REUSED_COLUMNS = (
+    "status",
+    "objective",
+    "direction",
+    "objective_value",
+    "metrics",
+    "eval_train_loss",
+    "diverged_at_step",
+    "spike_step",
+    "failure",
+    "train_time_s",
+    "total_time_s",
+    "code_version",
+    "worker",
+    "started_at",
+    "finished_at",
+)
+
 
 class TrialRepository(RepositoryBase):
     """Trials: planning (idempotent inserts), leases, results written once, and reads."""
@@ -106,6 +128,68 @@ class TrialRepository(RepositoryBase):
                         .values(optuna_number=number)
                     )
         return [ids[k] for k in keys]
+
+    def reuse_finished(self, study_id: int, code_version: str) -> list[int]:
+        """Give the study's unstarted trials the result of a finished trial with the same key.
+
+        A trial key is the whole configuration (proxy, operator, seed, budget, data, lr), and
+        ``code_version`` the trainer's code: a trial of any other study that ran the same key
+        under the same version and ended COMPLETE or DIVERGED (a result of the configuration;
+        PRUNED depends on the other study's pruner, FAILED on its worker) answers the planned
+        one. Its result, curves and diagnostics are copied into the row, which records
+        ``reused_from`` (the trial that ran) and is never leased. Copies are not folded into
+        the arm summaries: the trial they copy already is, and a proxy's board counts runs.
+        Returns the ids of the rows answered this way.
+        """
+        now = utcnow()
+        t = TrialRow.__table__
+        with self.db.session() as s:
+            planned = {
+                key: tid
+                for tid, key in s.execute(
+                    select(t.c.id, t.c.trial_key).where(
+                        t.c.study_id == study_id,
+                        t.c.status == "WAITING",
+                        t.c.attempt == 0,
+                        t.c.reused_from.is_(None),
+                    )
+                )
+            }
+            sources: dict[str, Any] = {}
+            for chunk in _chunks(sorted(planned), 500):
+                for row in s.execute(
+                    select(t)
+                    .where(
+                        t.c.trial_key.in_(chunk),
+                        t.c.code_version == code_version,
+                        t.c.status.in_(REUSABLE_STATUSES),
+                        t.c.reused_from.is_(None),
+                        t.c.study_id != study_id,
+                    )
+                    .order_by(t.c.finished_at, t.c.id)
+                ):
+                    sources[row.trial_key] = row  # the latest finished run of the key wins
+            reused = []
+            for key, src in sorted(sources.items()):
+                tid = planned[key]
+                copied = {c: getattr(src, c) for c in _REUSED_COLUMNS}
+                s.execute(
+                    update(TrialRow)
+                    .where(TrialRow.id == tid, TrialRow.status == "WAITING")
+                    .values(**copied, reused_from=src.id, updated_at=now)
+                )
+                for table in (TrialMetricRow.__table__, TrialDiagnosticRow.__table__):
+                    rows = [
+                        {**{c: v for c, v in r._mapping.items() if c != "id"}, "trial_id": tid}
+                        for r in s.execute(select(table).where(table.c.trial_id == src.id))
+                    ]
+                    if rows:
+                        s.execute(table.insert(), rows)
+                reads.store_trial_document(s.connection(), tid)
+                reused.append(tid)
+            for proxy in sorted({src.proxy for src in sources.values()}):
+                aggregates.bump(s, f"proxy:{proxy}")  # a study's board shows the copies
+        return reused
 
     def set_optuna_number(self, trial_id: int, number: int) -> None:
         """Record the Optuna trial number of one of our trials (asked after it was added)."""
@@ -295,6 +379,7 @@ class TrialRepository(RepositoryBase):
                     failure=result.failure[:300] if result.failure else None,
                     train_time_s=result.train_time_s,
                     total_time_s=result.total_time_s,
+                    code_version=result.code_version,
                     worker=result.worker or owner,
                     error=result.error,
                     lease_expires_at=None,

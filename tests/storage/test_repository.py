@@ -696,7 +696,7 @@ def test_arm_text_tells_option_arms_apart() -> None:
     from normfree.storage.leaderboard import arm_text, row_options
 
     row = {"candidate": "erf", "norm": {"name": "erf", "shift": "scalar", "alpha0": 1.0}}
-    assert arm_text("erf", options=row_options(row)) == "erf [alpha0=1.0, shift=scalar]"
+    assert arm_text("erf", options=row_options(row)) == "erf + s [alpha0=1.0]"
     plain = {"candidate": "erf", "norm": {"name": "erf", "alpha0": 0.5}, "overrides": {}}
     assert arm_text("erf", options=row_options(plain)) == "erf"
     assert arm_text("erf", -0.5) == "erf @ -0.5"

@@ -28,6 +28,11 @@ import pytest
 
 from normfree.settings import get_settings
 
+# Tests compare fidelity lines with reports: a board waits for its current line (api.lines),
+# in this process and in every server a test starts (they inherit the environment).
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_WAIT_S", "120")
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_REWAIT_S", "120")
+
 
 def _server_unavailable(url: str) -> str | None:
     """None when the server answers, else the reason it does not."""

@@ -20,6 +20,7 @@ under ``CI=true`` (``get_settings().ci``), where they fail: CI must never silent
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -11,14 +11,22 @@ kept in this process's cache for later submissions of the same function.
 
 A stored candidate's prescreen is written ``pending`` with the row itself, so a server killed
 before the prescreen ended leaves it visibly unfinished: the next start re-queues every such
-prescreen (:func:`requeue_interrupted`), and resubmitting the formula asks for it again.
+prescreen (:func:`requeue_interrupted`), and resubmitting the formula asks for it again. Every
+process of ``serve --workers N`` re-queues at its start, so each prescreen is claimed first
+(``Repository.claim_prescreen``, one conditional UPDATE): only the process that wins runs it,
+and a claim whose process is gone (:func:`claimant_gone`) or older than :data:`CLAIM_LEASE` is
+taken again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +43,29 @@ _PENDING: dict[str, tuple[Future[Any], set[str]]] = {}
 # Moves whenever a prescreen starts or ends here: a candidate's cached answer shows this
 # process's pending and finished prescreens, which no database write announces.
 _EPOCH = [0]
+# Who claims a prescreen: this process, told apart from a restarted one with the same pid.
+CLAIMANT = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+# How long a claim holds when nothing says its process died: a live claimant ends a prescreen
+# (seconds of CPU, one at a time) well within it; an older claim is taken again.
+CLAIM_LEASE = timedelta(minutes=15)
+
+
+def claimant_gone(holder: str) -> bool:
+    """Whether the process that claimed a prescreen (``host:pid:nonce``) is known dead: on this
+    host, no process has its pid. Another host's claimant is left to :data:`CLAIM_LEASE`."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    if holder == CLAIMANT:
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 def epoch() -> tuple[int, int]:
@@ -138,8 +169,8 @@ def requeue_interrupted(state: services.ServiceState) -> list[str]:
         name = str(row["name"])
         with _LOCK:
             running = any(name in waiting for _f, waiting in _PENDING.values())
-        if running:
-            continue
+        if running or not state.repo.claim_prescreen(name, CLAIMANT, CLAIM_LEASE, claimant_gone):
+            continue  # this process runs it already, or another process claimed it
         try:
             cand = parse(str(row.get("formula") or ""), name=name)
         except (ExpressionError, RecursionError, ValueError) as exc:

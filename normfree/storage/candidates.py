@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from normfree.storage import aggregates
@@ -102,9 +103,22 @@ class CandidateRepository(RepositoryBase):
         for key in ("formula", "canonical", "fingerprint", "group", "citation"):
             if values[key] is not None:
                 values[key] = str(values[key])
-        stmt = self._insert(CandidateRow).values(**values)
-        updates = {k: stmt.excluded[k] for k in values if k not in ("name", "created_at")}
-        if values["submitter"] is None:
+        # The function's key, so that the unique constraint that decides submissions
+        # (claim_candidate) also sees catalog and generated rows. A key another name holds
+        # already is left NULL here: that row stands for the function.
+        key = canonical_key(values["canonical"]) if values["canonical"] else None
+        try:
+            return self._upsert(values, key, keep_submitter=values["submitter"] is None)
+        except IntegrityError:
+            if key is None:
+                raise
+        return self._upsert(values, None, keep_submitter=values["submitter"] is None)
+
+    def _upsert(self, values: dict[str, Any], key: str | None, *, keep_submitter: bool) -> int:
+        stmt = self._insert(CandidateRow).values(**values, canonical_key=key)
+        kept = ("name", "created_at")
+        updates = {k: stmt.excluded[k] for k in (*values, "canonical_key") if k not in kept}
+        if keep_submitter:
             updates.pop("submitter")
         stmt = stmt.on_conflict_do_update(index_elements=["name"], set_=updates).returning(
             CandidateRow.id
@@ -121,6 +135,7 @@ class CandidateRepository(RepositoryBase):
         *,
         prescreen: Mapping[str, Any] | None = None,
         owner_token_id: int | None = None,
+        prescreen_claimant: str | None = None,
     ) -> int:
         """Store a new candidate with one INSERT under the unique name and canonical key;
         returns its id, or raises :class:`CandidateConflict` naming the row that holds either.
@@ -130,6 +145,8 @@ class CandidateRepository(RepositoryBase):
         ``prescreen`` (e.g. ``{"status": "pending"}``) is written in the same insert, so a
         prescreen interrupted by a crash is visible at the next start and re-queued.
         ``owner_token_id``: the submitting token (only it or an admin may archive or delete it).
+        ``prescreen_claimant``: the process that runs that prescreen (see :meth:`claim_prescreen`),
+        so another server process starting meanwhile does not run it too.
         """
         name = _field(candidate, "name")
         canonical = _field(candidate, "canonical")
@@ -149,6 +166,8 @@ class CandidateRepository(RepositoryBase):
             "created_at": utcnow(),
             "prescreen": _jsonable(dict(prescreen)) if prescreen is not None else None,
             "owner_token_id": owner_token_id,
+            "prescreen_claimed_by": prescreen_claimant,
+            "prescreen_claimed_at": utcnow() if prescreen_claimant else None,
         }
         for key in ("formula", "fingerprint", "group", "citation"):
             if values[key] is not None:
@@ -173,15 +192,47 @@ class CandidateRepository(RepositoryBase):
             raise CandidateConflict("canonical", _candidate_dict(row))
         raise RuntimeError(f"storing candidate {values['name']!r} failed and no row holds it")
 
-    def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool:
-        """Record a stored candidate's prescreen (its status and result); False if none is named
-        ``name``. Written after the submission's answer, by the process that ran it."""
+    def claim_prescreen(
+        self,
+        name: str,
+        claimant: str,
+        lease: timedelta,
+        gone: Callable[[str], bool] = lambda _holder: False,
+    ) -> bool:
+        """Claim the pending prescreen of candidate ``name`` for process ``claimant``; True when
+        this call won it.
+
+        Of the processes of ``serve --workers N`` that all re-queue the interrupted prescreens
+        at start, one conditional UPDATE lets exactly one set the claim. A claim may be taken
+        from its holder when it is older than ``lease``, or when ``gone(holder)`` says the
+        holder died (a server killed and started again re-queues at once, not a lease later):
+        the UPDATE then names that holder, so of several takers one wins."""
+        t = CandidateRow
+        with self.db.read_one() as conn:
+            holder = conn.execute(
+                select(t.prescreen_claimed_by).where(t.name == name)
+            ).scalar_one_or_none()
+        now = utcnow()
+        free = or_(t.prescreen_claimed_by.is_(None), t.prescreen_claimed_at < now - lease)
+        if holder is not None and gone(holder):
+            free = or_(free, t.prescreen_claimed_by == holder)
         with self.db.session() as s:
             res = s.execute(
-                update(CandidateRow)
-                .where(CandidateRow.name == name)
-                .values(prescreen=_jsonable(dict(prescreen)))
+                update(t)
+                .where(t.name == name, t.prescreen.is_not(None), free)
+                .values(prescreen_claimed_by=claimant, prescreen_claimed_at=now)
             )
+            return res.rowcount == 1
+
+    def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool:
+        """Record a stored candidate's prescreen (its status and result); False if none is named
+        ``name``. Written after the submission's answer, by the process that ran it; a finished
+        one ends its claim (:meth:`claim_prescreen`)."""
+        values: dict[str, Any] = {"prescreen": _jsonable(dict(prescreen))}
+        if prescreen.get("status") != "pending":
+            values.update(prescreen_claimed_by=None, prescreen_claimed_at=None)
+        with self.db.session() as s:
+            res = s.execute(update(CandidateRow).where(CandidateRow.name == name).values(**values))
             if res.rowcount == 1:  # the candidate's own read (its page and JSON) shows it
                 aggregates.bump(s, f"candidate:{name}")
             return res.rowcount == 1

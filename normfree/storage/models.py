@@ -117,8 +117,8 @@ class CandidateRow(Base):
     formula: Mapped[str | None] = mapped_column(Text)
     canonical: Mapped[str | None] = mapped_column(Text)
     # SHA-256 of ``canonical``, unique: a submission claims its function with one INSERT, so two
-    # names for one formula cannot both be stored (storage.candidates.claim_candidate). NULL for
-    # rows written by the catalog and generate paths (upsert), and for pre-0009 duplicates.
+    # names for one formula cannot both be stored (storage.candidates.claim_candidate). Upserts
+    # (catalog, generate) fill it too; NULL where another row holds the function already.
     canonical_key: Mapped[str | None] = mapped_column(String(64), unique=True, index=True)
     # Hash of values on a probe grid: two names with one fingerprint are the same function.
     fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -131,6 +131,10 @@ class CandidateRow(Base):
     # The submission's prescreen (api.submissions): {"status": "pending"|"done"|"failed", ...};
     # NULL when none was asked for. Written after the answer, so every API worker can show it.
     prescreen: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    # The process running a pending prescreen and since when (storage.candidates
+    # .claim_prescreen): of N server processes re-queueing at start, only the claimant runs it.
+    prescreen_claimed_by: Mapped[str | None] = mapped_column(String(200))
+    prescreen_claimed_at: Mapped[datetime | None] = mapped_column()
     # Hidden from the candidate list while set (``?archived=true`` shows it); NULL: shown.
     archived_at: Mapped[datetime | None] = mapped_column()
     # The API token that submitted it: only it or an admin token may archive or delete it.

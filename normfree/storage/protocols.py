@@ -9,8 +9,8 @@ backend (or a read-only replica) is anything that answers them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from normfree.specs import EpochRecord, StudySpec, TrialResult
@@ -41,7 +41,12 @@ class CandidateStore(Protocol):
         *,
         prescreen: Mapping[str, Any] | None = None,
         owner_token_id: int | None = None,
+        prescreen_claimant: str | None = None,
     ) -> int: ...
+
+    def claim_prescreen(
+        self, name: str, claimant: str, lease: timedelta, gone: Callable[[str], bool] = ...
+    ) -> bool: ...
 
     def set_candidate_prescreen(self, name: str, prescreen: Mapping[str, Any]) -> bool: ...
 

@@ -15,10 +15,11 @@ from sqlalchemy import inspect
 
 from normfree.settings import Settings
 from normfree.storage import Database, Repository, optuna_storage_url
+from normfree.storage.candidates import canonical_key
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
-HEAD = "0011"  # the newest revision
+HEAD = "0012"  # the newest revision
 
 
 def head(db: Database) -> str:
@@ -277,6 +278,40 @@ def test_0010_adds_archives_tags_and_notes_and_goes_back(database_url: str) -> N
         insp = _downgrade(db, "0009")
         assert "tags" not in {c["name"] for c in insp.get_columns("studies")}
         assert "archived" not in {c["name"] for c in insp.get_columns("trials")}
+        db.migrate()
+        assert db.current_revision() == HEAD
+    finally:
+        db.dispose()
+
+
+def test_0012_backfills_upserted_keys_and_adds_prescreen_claims(database_url: str) -> None:
+    """0012: a row upserted without a canonical key (the catalog and generate paths before it)
+    gets one unless another row holds that function; the prescreen claim columns come and go."""
+    db = Database(database_url)
+    try:
+        db.migrate("0011")
+        with db.engine.begin() as conn:
+            for name, canonical in (("gen", "u/(3 + u**2)"), ("held", "u/(4 + u**2)")):
+                conn.exec_driver_sql(
+                    "INSERT INTO candidates (name, canonical, properties, lineage, created_at) "
+                    f"VALUES ('{name}', '{canonical}', '{{}}', '{{}}', '2026-11-01 12:00:00')"
+                )
+            held_key = canonical_key("u/(4 + u**2)")
+            conn.exec_driver_sql(  # a claimed row that already holds the second function
+                "INSERT INTO candidates (name, canonical, canonical_key, properties, lineage, "
+                f"created_at) VALUES ('claimed', 'u/(4 + u**2)', '{held_key}', '{{}}', '{{}}', "
+                "'2026-11-01 12:00:00')"
+            )
+        db.migrate()
+        with db.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT name, canonical_key FROM candidates").all()
+        keys = dict(rows)
+        assert keys["gen"] is not None and len(keys["gen"]) == 64
+        assert keys["claimed"] == held_key and keys["held"] is None
+        columns = {c["name"] for c in inspect(db.engine).get_columns("candidates")}
+        assert {"prescreen_claimed_by", "prescreen_claimed_at"} <= columns
+        insp = _downgrade(db, "0011")
+        assert "prescreen_claimed_by" not in {c["name"] for c in insp.get_columns("candidates")}
         db.migrate()
         assert db.current_revision() == HEAD
     finally:

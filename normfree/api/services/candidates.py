@@ -428,6 +428,7 @@ def submit_candidate(
             submitter=submitter,
             prescreen=prescreens.pending().model_dump(mode="json") if screening else None,
             owner_token_id=owner_token_id,
+            prescreen_claimant=prescreens.CLAIMANT if screening else None,
         )
     except CandidateConflict as lost:
         if lost.field == "name":

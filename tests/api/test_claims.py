@@ -81,6 +81,32 @@ def test_twenty_names_for_one_formula_store_one(served) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("stored", ["erf", "gen_7"])
+def test_twenty_new_names_for_a_catalog_or_generated_function_store_none(
+    served, stored: str
+) -> None:
+    """A catalog entry (as the catalog and generate paths upsert it) or a generated candidate:
+    its formula under twenty new names stores nothing, each answer naming the stored row.
+    Before upserts wrote the canonical key, only the read-then-check stood between a racer and
+    a second row for the function; now the unique key refuses it too."""
+    from normfree.search_space import catalog, parse
+
+    base, tokens, repo = served
+    if stored == "erf":
+        entry = catalog.get("erf")
+        repo.upsert_candidate(entry, submitter="catalog")
+    else:
+        entry = parse("u/(13+u**2)", name=stored)
+        repo.upsert_candidate(entry, submitter="generate")
+    bodies = [{"name": f"alias{k}", "formula": entry.formula} for k in range(N)]
+    answers = _race(base, tokens, bodies)
+    assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
+    assert {r.json()["duplicate_of"] for r in answers} == {stored}
+    assert not any(r.json()["created"] for r in answers)
+    assert repo.list_candidates(name_contains="alias") == []
+
+
+@pytest.mark.postgres
 def test_twenty_imports_of_one_reference_set_store_one(served) -> None:
     base, tokens, _repo = served
     start = Barrier(N)

@@ -11,11 +11,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, comparison_plots, plots, reads
+from normfree.api import cache, comparison_plots, plots, reads, search_importance
 from normfree.api.compare import Comparison, compare
 from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
 from normfree.api.errors import ErrorBody
-from normfree.api.search import SearchView, search_view
+from normfree.api.search import MAX_LIMIT, SearchView, page_of, search_view
 
 api_router = APIRouter()
 page_router = APIRouter(include_in_schema=False)
@@ -87,20 +87,34 @@ def get_compare(
     responses={404: {"model": ErrorBody}},
 )
 async def get_search(
-    request: Request, state: StateDep, _reader: Reader, study_id: IdPath
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    study_id: IdPath,
+    cursor: Annotated[
+        int, Query(ge=0, le=MAX_ID, description="Trials after this `order` (a `next_cursor`).")
+    ] = 0,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_LIMIT, description="Trials per page (default 100).")
+    ] = 100,
 ) -> Response:
     """A search or generate study's optimisation history (objective per trial in Optuna's ask
     order, best so far), property importance and pruning timeline (epochs each trial ran; the
-    epoch a pruned one stopped at). 404 for other kinds. Cached like the study's summary (an
-    ETag that changes when a trial finishes)."""
+    epoch a pruned one stopped at). 404 for other kinds. The trials come in pages of `limit`
+    in ask order: `next_cursor` is the `cursor` of the next page (null on the last);
+    `total_trials` counts them all, and the counts, best trial, importance and top arms are
+    over all of them. The importance is the one stored when the latest trial finished;
+    `importance_stale` says it lags the trials (a refresh then runs in the background). Cached
+    like the study's summary (an ETag that changes when a trial finishes)."""
+    study = await reads.small_read(state, reads.study_key, state, study_id)
     key = reads.derived(
-        "search-view", await reads.small_read(state, reads.study_key, state, study_id)
+        "search-view", study, search_importance.mark(state, study_id), cursor, limit
     )
     return await cache.serve(
         request,
         state.cache,
         key,
-        lambda: cache.json_body(search_view(state, study_id)),
+        lambda: cache.json_body(page_of(search_view(state, study_id), cursor, limit)),
         replay=not reads.driven(key),
     )
 
@@ -156,7 +170,9 @@ async def page_search(
     """A search's optimisation history, property importance and pruning timeline; cached
     like the study page (built again when a trial finishes or the study changes state)."""
     study = await reads.small_read(state, reads.study_key, state, study_id)
-    key = reads.derived("page-search", study, str(request.base_url))
+    key = reads.derived(
+        "page-search", study, str(request.base_url), search_importance.mark(state, study_id)
+    )
 
     def build() -> cache.Cached:
         view = search_view(state, study_id)

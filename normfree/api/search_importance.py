@@ -21,7 +21,7 @@ from normfree.api.services.state import ServiceState
 from normfree.storage.db import optuna_study_name
 from normfree.storage.study_documents import IMPORTANCE_ATTR, OptunaDocuments, outcome_counts
 
-__all__ = ["lookup", "mark", "refreshes_running"]
+__all__ = ["epoch", "lookup", "mark", "refreshes_running"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,14 @@ class _Importances:
 # hashable), dropped with it.
 _BY_SERVER: weakref.WeakKeyDictionary[Any, _Importances] = weakref.WeakKeyDictionary()
 _GLOBAL = threading.Lock()
+# Refreshes landed in this process: part of the fast lane's local stamp (``api.fastlane``),
+# since a refresh changes an answer without a commit to our database.
+_EPOCH = [0]
+
+
+def epoch() -> int:
+    """How many importance refreshes have landed in this process."""
+    return _EPOCH[0]
 
 
 def _of(state: ServiceState) -> _Importances:
@@ -111,6 +119,7 @@ def _refresh(state: ServiceState, imps: _Importances, study_id: int, optuna_name
             doc = importance_with_counts(state.repo, study_id)
             with imps.lock:
                 imps.known[study_id] = doc
+                _EPOCH[0] += 1
             _store(state, optuna_name, doc)
         except Exception:
             log.warning("study %s: importance refresh failed", study_id, exc_info=True)

@@ -149,7 +149,11 @@ async def page_compare(
         if result.metric is None:
             notices.append("None of the chosen trials has reported an epoch yet: no curve.")
         else:
-            figure = plots.to_div(comparison_plots.compare_figure(data), "compare-figure")
+            figure = plots.to_div(
+                comparison_plots.compare_figure(data),
+                "compare-figure",
+                template=plots.resolved_template(),
+            )
         return _render(
             request,
             "compare.html",
@@ -181,7 +185,9 @@ async def page_search(
         notices: list[str] = []
         if any(t["value"] is not None or t["last_value"] is not None for t in data["trials"]):
             figures["history"] = plots.to_div(
-                comparison_plots.history_figure(data), "history-figure"
+                comparison_plots.history_figure(data),
+                "history-figure",
+                template=plots.resolved_template(),
             )
         else:
             notices.append("No trial has a result yet: the history starts with the first.")
@@ -191,7 +197,9 @@ async def page_search(
             )
         if any(t["epochs_run"] for t in data["trials"]):
             figures["pruning"] = plots.to_div(
-                comparison_plots.pruning_figure(data["trials"]), "pruning-figure"
+                comparison_plots.pruning_figure(data["trials"]),
+                "pruning-figure",
+                template=plots.resolved_template(),
             )
         return cache.html_body(
             _render(request, "search.html", view=view, figures=figures, notices=notices)

@@ -14,7 +14,9 @@ taken just before the command started:
 - ``first_start_s``: the first trial is leased and handed to Ray (its ``started_at``);
 - ``first_done_s``: the first trial has finished (includes the Ray worker's own start-up and
   imports, and the training);
-- ``wall_s``: the command's whole run, and ``cluster``: what its driver did (``started`` its
+- ``wall_s``: the command's whole run; ``cpu_s``: its CPU time (user + system, with the Ray
+  processes it started and reaped: on a busy machine the wall figures count other processes'
+  turns on the cores, the CPU time does not); ``cluster``: what its driver did (``started`` its
   own Ray or ``joined <address>``).
 
 Cold runs set ``NORMFREE_SHARE_LOCAL_CLUSTER=false`` (so a server running elsewhere on the host
@@ -23,7 +25,10 @@ is advertised, then run the command. The 1-minute load average is recorded besid
 a shared 2-core machine the wall figures count other processes' turns on the cores.
 
     python bench/bench_study_start.py            # 3 cold + 3 warm runs: study_start.json
-    python bench/bench_study_start.py --quick    # 1 + 1: study_start-quick.json
+    python bench/bench_study_start.py --quick    # 1 warm run, no cold: study_start-quick.json
+
+``--quick`` skips the cold runs: a server's start and one cold command are each most of the
+30 s a quick run may take on two cores.
 
 The last line printed is one JSON object.
 """
@@ -34,6 +39,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import sqlite3
@@ -75,6 +81,7 @@ def _stamp(text: str | None) -> float | None:
 def run_study(db: Path, **env: str) -> dict[str, Any]:
     """One study command, timed from just before it starts, from the rows it wrote."""
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "normfree", *COMMAND, "--db", f"sqlite:///{db}"],
@@ -85,6 +92,8 @@ def run_study(db: Path, **env: str) -> dict[str, Any]:
         cwd=db.parent,
     )
     wall = time.time() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise RuntimeError(f"the study command failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout)
@@ -106,6 +115,7 @@ def run_study(db: Path, **env: str) -> dict[str, Any]:
         "first_start_s": since(start),
         "first_done_s": since(done),
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
         "cluster": out["run"].get("cluster"),
         "status": out["run"]["status"],
         "load_avg_1m": round(load, 2),
@@ -162,7 +172,7 @@ def summary(runs: list[dict[str, Any]], target: float) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one cold and one warm run")
+    ap.add_argument("--quick", action="store_true", help="one warm run (< 30 s on 2 idle cores)")
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--port", type=int, default=8659, help="for the server of the warm runs")
     a = ap.parse_args()
@@ -176,7 +186,10 @@ def main() -> None:
             capture_output=True,
             env=_env(),
         )
-        cold = [run_study(db, NORMFREE_SHARE_LOCAL_CLUSTER="false") for _ in range(runs)]
+        cold = [
+            run_study(db, NORMFREE_SHARE_LOCAL_CLUSTER="false")
+            for _ in range(0 if a.quick else runs)
+        ]
         with server(db, a.port) as serve_ready_s:
             warm = [run_study(db) for _ in range(runs)]
     finally:

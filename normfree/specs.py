@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 
 from normfree.search_space import baselines
@@ -73,6 +74,38 @@ RESERVED_NAMES: frozenset[str] = frozenset(BASELINES) | frozenset(NORM_ALIASES)
 def is_reserved_name(name: str) -> bool:
     """Whether ``name`` means a baseline or a paper alias to the readers of names."""
     return name.strip().lower() in RESERVED_NAMES
+
+
+def operator_label(function: str, shift: str = "none", alpha: float | None = None) -> str:
+    """How every view names a function under an operator (leaderboard arms and reference cells
+    alike): ``erf`` (y = gamma f(alpha x) + beta), ``erf + s`` (with the learnable scalar s:
+    the published search's operator), ``erf + s[D]`` (a per-channel s), ``tanh (alpha fixed
+    at 1)``. A label without ``+ s`` ran without s."""
+    out = function
+    if shift == "scalar":
+        out += " + s"
+    elif shift == "channel":
+        out += " + s[D]"
+    if alpha is not None:
+        out += f" (alpha fixed at {alpha:g})"
+    return out
+
+
+# The kinds that ask "how do these functions rank?" (a property study asks what a property
+# does, and runs without s, as the paper's ablations did: science.md section 3).
+_RANKING_KINDS = ("options", "search")
+
+
+def published_shift(kind: str, functions: list[str], options: dict[str, Any]) -> str:
+    """The operator's shift a study gets when it names none: ``scalar`` where it asks about the
+    16 search candidates as the paper's search did (an options or search study naming all 16,
+    with no ``shift`` option of its own), else ``none``. The paper trained every candidate of
+    its search as gamma f(alpha x + s) + beta (science.md section 2)."""
+    if kind not in _RANKING_KINDS or "shift" in options or len(functions) < 16:
+        return "none"
+    from normfree.search_space.catalog import SEARCH16  # sympy: only for a study of 16+
+
+    return "scalar" if set(SEARCH16) <= set(functions) else "none"
 
 
 def expand_alias(name: str, shift: str = "none", formula: str | None = None) -> tuple[str, str]:
@@ -218,6 +251,9 @@ class TrialResult(_Frozen):
     error: str | None = None
     # The concrete settings trained (preset + overrides resolved, e.g. DiT's zero_init_final).
     config: dict[str, Any] = Field(default_factory=dict)
+    # The trainer's code version (``workers.trainer.trainer_version``): with the trial key it
+    # decides whether a later study may reuse this result instead of training it again.
+    code_version: str | None = None
 
     @property
     def value(self) -> float | None:
@@ -255,6 +291,8 @@ class StudySpec(_Frozen):
     transform: str | None = None
     values: list[float] = Field(default_factory=list)
     options: dict[str, list[Scalar]] = Field(default_factory=dict)
+    # Not given (or None): ``published_shift`` decides (scalar for a ranking of the 16, as the
+    # paper's search ran them; none otherwise). A stored spec always holds its value.
     norm_shift: Literal["none", "scalar", "channel"] = "none"
     baselines: list[str] = Field(default_factory=list)
     epochs: int | None = None
@@ -267,3 +305,16 @@ class StudySpec(_Frozen):
     # ``workers.validation``: every trial's NormSpec carries its function's definition, so a
     # worker builds it with no database (``search_space.resolver``).
     definitions: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_operator(cls, data: Any) -> Any:
+        """A spec that names no shift gets the published operator's (``published_shift``)."""
+        if isinstance(data, dict) and data.get("norm_shift") is None:
+            data = {**data}
+            data["norm_shift"] = published_shift(
+                str(data.get("kind", "")),
+                [str(f) for f in data.get("functions") or []],
+                dict(data.get("options") or {}),
+            )
+        return data

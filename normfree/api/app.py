@@ -99,6 +99,7 @@ def create_app(
         leaderboards,
         pages,
         references,
+        screens,
         studies,
         trials,
     )
@@ -218,7 +219,8 @@ def create_app(
             swagger_ui_parameters={"validatorUrl": None},
         )
 
-    for module in (health, candidates, studies, trials, leaderboards, references, fidelity):
+    routers = (health, candidates, studies, screens, trials, leaderboards, references, fidelity)
+    for module in routers:
         app.include_router(module.router, prefix="/api")
     app.include_router(compare.api_router, prefix="/api")
     app.include_router(pages.router)

@@ -177,8 +177,8 @@ def compare(
 ) -> Comparison:
     """The comparison a request names: ``trials`` (ids, comma lists allowed) or ``study_id``
     with ``arms`` (labels); 422 for neither, both, or too many; 404 for what does not exist."""
-    from normfree.api.services.studies import arm_of
     from normfree.storage import curves as C
+    from normfree.workers.progress import arm_of
 
     ids = _trial_ids(trials)
     labels = split_items(arms)

@@ -265,6 +265,7 @@ def summary(
         failure_agreement=s["failure_agreement"],
         calibrated=rep.calibrated,
         calibration=rep.calibration,
+        reliability=rep.reliability,
         url=page_url(proxy, study_id, BUILTIN_NAME),
     )
 

@@ -164,6 +164,29 @@ class LeaderboardRow(_Out):
     )
 
 
+class ReliabilityPublic(_Out):
+    """Split-seed rank reliability of the arms shown (``normfree.fidelity.reliability``): would
+    the order reproduce itself on fresh seeds? It bounds what the order can say about scale."""
+
+    reliability: float | None = Field(
+        description="Spearman between disjoint seed halves, Spearman-Brown corrected to `seeds`."
+    )
+    low: float | None = Field(default=None, description="95% bootstrap interval over arms.")
+    high: float | None = None
+    seeds: int = Field(description="The seed count the reliability refers to.")
+    arms: int = 0
+    split_correlation: float | None = None
+    single_seed: float | None = Field(default=None, description="The reliability of one seed.")
+    seeds_for_target: int | None = Field(
+        default=None,
+        description="Seeds that would bring the reliability to `target` (null: none would).",
+    )
+    target: float = 0.8
+    splits: int = 0
+    reason: str | None = Field(default=None, description="Why `reliability` is null.")
+    text: str = Field(description="The one-line caption every view prints.")
+
+
 class FidelitySummary(_Out):
     """How far a ranking predicts published at-scale results (the full report: /api/fidelity)."""
 
@@ -186,6 +209,9 @@ class FidelitySummary(_Out):
         "the headline says so and quotes no figure (the report still has them).",
     )
     calibration: str | None = Field(default=None, description="Where it was calibrated.")
+    reliability: ReliabilityPublic | None = Field(
+        default=None, description="Split-seed rank reliability of the compared trials' arms."
+    )
     url: str = Field(description="The fidelity page of this proxy or study.")
 
 
@@ -217,6 +243,9 @@ class LeaderboardPublic(_Out):
     caveats: BoardCaveats | None = Field(
         default=None, description="Calibration, provisional ranking, arms ending near chance."
     )
+    reliability: ReliabilityPublic | None = Field(
+        default=None, description="Split-seed rank reliability of the arms shown."
+    )
     rows: list[LeaderboardRow]
     unreadable: list[str] = Field(
         default_factory=list,
@@ -242,7 +271,11 @@ class StudyCreate(_In):
     transform: str | None = Field(default=None, max_length=64, examples=["shift_h"])
     values: list[float] = Field(default_factory=list, max_length=32)
     options: dict[str, list[bool | int | float | str]] = Field(default_factory=dict, max_length=8)
-    norm_shift: Literal["none", "scalar", "channel"] = "none"
+    norm_shift: Literal["none", "scalar", "channel"] | None = Field(
+        default=None,
+        description="The operator's s (none, scalar, channel). Not given: scalar for an options "
+        "or search study of all 16 search candidates (the paper's search operator), else none.",
+    )
     baselines: list[str] = Field(default_factory=list, max_length=3)
     epochs: int | None = Field(default=None, ge=1, le=1000)
     sampler: Literal["grid", "tpe", "random"] = "grid"
@@ -330,6 +363,12 @@ class StudyProgress(_Out):
     best: BestArm | None = Field(
         default=None,
         description="The best arm so far (a single study's answer only; null in lists).",
+    )
+    reused: int = Field(
+        default=0,
+        description="Finished trials answered by an earlier study's run of the same trial key "
+        "and trainer code (never trained here; each names its source in reused_from); the "
+        "throughput leaves them out.",
     )
 
 
@@ -464,6 +503,11 @@ class TrialSummary(_Out):
     attempt: int = 0
     axis_values: dict[str, Any] | None = Field(default_factory=dict)
     objective_value: float | None = None
+    reused_from: int | None = Field(
+        default=None,
+        description="The trial (of an earlier study) whose result this one carries: the same "
+        "trial key under the same trainer code, so it was not trained again.",
+    )
     unreadable: list[str] = Field(
         default_factory=list,
         description="Stored fields that could not be read (corrupt rows): shown as null.",
@@ -481,6 +525,12 @@ class TrialPage(_Out):
 class StudyDetail(StudyPublic):
     objective: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
+    reliability: ReliabilityPublic | None = Field(
+        default=None,
+        description="Split-seed rank reliability of the study's cells (would their order "
+        "reproduce itself on fresh seeds?), with the seeds that would bring it to 0.8.",
+    )
+
     cells: list[StudyCell] = Field(default_factory=list)
     trials: list[TrialSummary] = Field(
         default_factory=list,
@@ -577,6 +627,13 @@ class TrialPublic(_Out):
     total_time_s: float | None = None
     worker: str | None = None
     error: str | None = None
+    code_version: str | None = Field(
+        default=None, description="The trainer's code version that produced the result."
+    )
+    reused_from: int | None = Field(
+        default=None,
+        description="The trial whose result this one carries (same key, same trainer code).",
+    )
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -660,3 +717,51 @@ class FidelityReport(_Out):
     calibrated: bool = True
     calibration: str | None = None
     caveats: list[str] = Field(default_factory=list)
+    reliability: ReliabilityPublic | None = Field(
+        default=None,
+        description="Split-seed rank reliability of the trials compared (the preset's setting, "
+        "or the study), in the objective's direction: the ceiling of any agreement with scale.",
+    )
+
+
+# ---------------------------------------------------------------------------------------- screens
+
+
+class ScreenCreate(_In):
+    """Place a function among the paper's 16 search candidates (``normfree screen``)."""
+
+    function: str = Field(
+        min_length=1,
+        max_length=200,
+        description="A catalog name, a stored candidate or a formula in u.",
+        examples=["u/(1+abs(u)+u*u)"],
+    )
+    proxies: list[str] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Screens to place it on (default: the default ViT and DiT screens).",
+    )
+    seeds: int = Field(default=3, ge=2, le=20, description="Paired seeds per arm.")
+
+
+class ScreenOne(_Out):
+    """One screen: its study (created, or found from an earlier request) and the placement."""
+
+    proxy: str
+    study_id: int
+    found_existing: bool = Field(description="An earlier request made this very screen.")
+    status: str
+    trials: int
+    reused: int = Field(description="Trials answered by earlier runs (not trained again).")
+    to_train: int = Field(description="Trials left to train (the function's, mostly).")
+    placement: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the function ranks among the 16 (once nothing is left to train): "
+        "rank, the 16 it beats and trails beyond 2 seed stds, the board's rank reliability, "
+        "the screen's fidelity headline, caveats, and a sentence (text).",
+    )
+
+
+class ScreenPublic(_Out):
+    function: str
+    screens: list[ScreenOne]

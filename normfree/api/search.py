@@ -98,7 +98,8 @@ def _better(a: float, b: float, direction: str) -> bool:
 def search_view(state: ServiceState, study_id: int) -> SearchView:
     """The view of one search or generate study; 404 for no such study or another kind."""
     from normfree.api import search_importance
-    from normfree.api.services.studies import arm_of, study_key
+    from normfree.api.services.studies import study_key
+    from normfree.workers.progress import arm_of
 
     key, row, snap = study_key(state, study_id)
     if row["kind"] not in search_kinds():

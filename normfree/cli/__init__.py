@@ -15,7 +15,7 @@ from normfree import __version__
 # Command modules, imported in this order to register their groups on ``main``.
 COMMAND_MODULES = (
     "candidates", "train", "study", "leaderboard", "reference", "serve", "demo", "cluster",
-    "export", "housekeeping",
+    "export", "housekeeping", "screen",
 )  # fmt: skip
 
 

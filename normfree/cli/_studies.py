@@ -3,11 +3,15 @@ opened from it, the leaderboard read, and the driver run with a live progress ba
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 import click
 
 from normfree.cli._output import fail
+
+log = logging.getLogger(__name__)
 
 db_option = click.option(
     "--db",
@@ -44,8 +48,53 @@ def counts_line(counts: dict[str, int]) -> str:
     return "  ".join(f"{k.lower()} {v}" for k, v in counts.items() if v)
 
 
-def run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None) -> dict:
-    """Run the study's driver here, with a rich progress bar unless ``--json``.
+class EarlyJoin:
+    """Joining the cluster a running ``normfree serve`` advertises, on a thread, while the
+    command creates its study: connecting (Ray's import, the driver's core worker) then costs
+    no time before the first trial. Only for joining: starting a cluster of one's own is
+    seconds of work a refused study would have to wait for and undo."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self._executor: Any = None
+        self._thread = threading.Thread(target=self._join, name="normfree-join", daemon=True)
+        self._thread.start()
+
+    def _join(self) -> None:
+        from normfree.workers.execution import RayExecutor
+
+        try:
+            self._executor = RayExecutor(self.settings).start()
+        except Exception:  # the driver then starts (or joins) as it would have
+            log.warning("could not join the local cluster ahead of the study", exc_info=True)
+
+    def executor(self) -> Any:
+        """The started executor once the join has ended, or None when it failed."""
+        self._thread.join()
+        return self._executor
+
+    def discard(self) -> None:
+        """End the connection (the study was refused): the cluster stays up."""
+        executor = self.executor()
+        if executor is not None:
+            executor.shutdown()
+
+
+def join_early(settings: Any) -> EarlyJoin | None:
+    """An :class:`EarlyJoin` when a shared local cluster runs (``workers.localray.running``)
+    and this command may join it; else None."""
+    if settings.ray_address or not settings.share_local_cluster:
+        return None
+    from normfree.workers import localray
+
+    return EarlyJoin(settings) if localray.running() is not None else None
+
+
+def run_driver(
+    study_id: int, settings: Any, as_json: bool, parallel: int | None, executor: Any = None
+) -> dict:
+    """Run the study's driver here, with a rich progress bar unless ``--json``; ``executor``:
+    one already started (:class:`EarlyJoin`), else the driver starts its own.
 
     SIGTERM or Ctrl-C stops it cleanly (see :mod:`normfree.cli._signals`): the driver hands its
     running trials back, the embedded Ray is stopped with all its processes, and the command
@@ -61,11 +110,14 @@ def run_driver(study_id: int, settings: Any, as_json: bool, parallel: int | None
     try:
         with interrupt_on_signals() as fired:
             try:
-                driver = StudyDriver(study_id, settings=settings, max_parallel=parallel)
+                driver = StudyDriver(
+                    study_id, settings=settings, max_parallel=parallel, executor=executor
+                )
                 summary = driver.run() if as_json else _run_with_progress(driver)
             finally:
-                if driver is not None:
-                    driver.executor.shutdown()  # Ray and every process it started
+                started = driver.executor if driver is not None else executor
+                if started is not None:
+                    started.shutdown()  # Ray and every process it started
     except KeyboardInterrupt:
         signum = fired[0] if fired else signal.SIGINT
         fail(

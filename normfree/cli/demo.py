@@ -19,7 +19,7 @@ import click
 from normfree.cli import main
 from normfree.cli._output import emit, json_option
 from normfree.cli._studies import board, counts_line, open_store, run_driver, settings_for
-from normfree.cli.leaderboard import print_leaderboard
+from normfree.cli.leaderboard import board_reliability, print_leaderboard
 
 
 def catalog_demo(progress: bool = True) -> dict[str, Any]:
@@ -142,13 +142,15 @@ def demo_study(
             f"({n} trials, local Ray)"
         )
     run = run_driver(study_id, settings, as_json, None)
+    rows = board(store, spec.proxy, study_id=study_id)
     return {
         "study_id": study_id,
         "proxy": spec.proxy,
         "run": run,
-        "leaderboard": board(store, spec.proxy, study_id=study_id),
+        "leaderboard": rows,
+        "reliability": board_reliability(rows),
         "fidelity": _study_fidelity(store, study_id),
-        "caveats": _caveats(spec.proxy, board(store, spec.proxy, study_id=study_id)),
+        "caveats": _caveats(spec.proxy, rows),
         "database": store.url,
         "optuna_storage": store.optuna_url,
     }

@@ -36,10 +36,19 @@ def failure_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def board_reliability(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The board's split-seed rank reliability with its caption (``text``), as JSON shows it."""
+    from normfree.fidelity.reliability import board_reliability as measure
+
+    rel = measure(rows)
+    return {**rel.as_dict(), "text": rel.text()}
+
+
 def print_leaderboard(rows: list[dict[str, Any]], wide: bool = False) -> None:
     """The ranked arms as a table fitted to the terminal's width (``shutil.get_terminal_size``;
     an arm label wraps, nothing is cut; ``wide`` prints every column at full width, for pipes and
-    files); arms with no completed seed apart, unranked, with why."""
+    files); arms with no completed seed apart, unranked, with why; then the board's rank
+    reliability (would its order reproduce itself on fresh seeds?)."""
     import shutil
 
     from rich.console import Console
@@ -88,6 +97,7 @@ def print_leaderboard(rows: list[dict[str, Any]], wide: bool = False) -> None:
             )
         console.print(t)
         click.echo("rank: by the pessimistic end of the 95% interval; ≈best: Welch p > 0.05 vs #1")
+        click.echo(board_reliability(rows)["text"])
     if unranked:
         u = Table(title="not ranked: no seed completed")
         for col in ("arm", "trials", "div", "fail", "why"):
@@ -144,6 +154,7 @@ def leaderboard(
     caveats = board_caveats(
         proxy, [{**r, "label": arm_text(r["candidate"], options=row_options(r))} for r in rows]
     )
+    reliability = board_reliability(rows)
 
     def human(result: dict[str, Any]) -> None:
         print_leaderboard(result["rows"], wide=wide)
@@ -153,7 +164,8 @@ def leaderboard(
         for note in result["caveats"]["notes"]:
             click.echo(f"caveat: {note}")
 
-    emit({"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}, as_json, human)
+    out = {"proxy": proxy, "rows": rows, "fidelity": fidelity, "caveats": caveats}
+    emit({**out, "reliability": reliability}, as_json, human)
 
 
 def _check_choices(store: Any, proxy: str, metric: str | None, as_json: bool) -> None:

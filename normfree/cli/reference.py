@@ -176,6 +176,14 @@ def print_report(rep: dict[str, Any]) -> None:
             f"\n{s['setting']}  vs proxy {s['proxy_metric']}: Spearman {rho}, "
             f"orders {s['pairs_agree']}/{s['pairs_resolvable']}"
         )
+        if s.get("proxy_metric_reason"):
+            click.echo(f"  compared with {s['proxy_metric']}: {s['proxy_metric_reason']}")
+        for o in s.get("others") or []:
+            o_rho = "-" if o["spearman"] is None else f"{o['spearman']:+.2f}"
+            click.echo(
+                f"  beside it, {o['proxy_metric']}: Spearman {o_rho}, "
+                f"orders {o['pairs_agree']}/{o['pairs_resolvable']}"
+            )
         for c in s["cells"]:
             ref = c["reference"]
             p = c["proxy"]
@@ -194,6 +202,8 @@ def print_report(rep: dict[str, Any]) -> None:
     if rep["not_compared"]:
         click.echo(f"\nnot compared (no trials): {'; '.join(rep['not_compared'])}")
     click.echo("\n" + headline(rep))
+    if rep.get("reliability"):
+        click.echo(rep["reliability"]["text"])
 
 
 @main.command("fidelity")

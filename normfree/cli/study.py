@@ -22,11 +22,12 @@ from normfree.cli._studies import (
     counts_line,
     db_option,
     exit_if_failed,
+    join_early,
     open_store,
     run_driver,
     settings_for,
 )
-from normfree.cli.leaderboard import print_leaderboard
+from normfree.cli.leaderboard import board_reliability, print_leaderboard
 
 
 def _split(text: str | None) -> list[str]:
@@ -73,10 +74,13 @@ def _create_and_maybe_run(
     from normfree.workers.driver import create_study
 
     settings = settings_for(database_url)
+    early = None if detach else join_early(settings)  # a running server's cluster, meanwhile
     try:
         # validated whole as REST validates it (workers.validation), then params and cost
         study_id = create_study(spec, settings=settings, request=True)
     except (ValueError, KeyError, ArithmeticError) as exc:
+        if early is not None:
+            early.discard()
         fail(str(exc), as_json)
     est = estimate(spec, settings)
     store = open_store(settings)
@@ -93,8 +97,10 @@ def _create_and_maybe_run(
                 f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
                 f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
             )
-        out["run"] = run_driver(study_id, settings, as_json, parallel)
+        executor = early.executor() if early is not None else None
+        out["run"] = run_driver(study_id, settings, as_json, parallel, executor)
         out["leaderboard"] = board(store, spec.proxy, study_id=study_id)
+        out["reliability"] = board_reliability(out["leaderboard"])
         out.update(_kind_report(spec.kind, store, study_id))
 
     def human(r: dict[str, Any]) -> None:
@@ -508,6 +514,7 @@ def study_run(study_id: int, parallel: int | None, database_url: str | None, as_
     found = _study_or_fail(store, study_id, as_json)
     out = run_driver(study_id, settings, as_json, parallel)
     out["leaderboard"] = board(store, found["proxy"], study_id=study_id)
+    out["reliability"] = board_reliability(out["leaderboard"])
     out.update(_kind_report(found["kind"], store, study_id))
 
     def human(r: dict[str, Any]) -> None:
@@ -530,6 +537,8 @@ def _status_table(p: dict[str, Any]) -> Any:
         if v:
             t.add_row(k, str(v))
     t.add_row("finished", f"{p['finished']}/{p['total']} ({100 * p['fraction']:.0f}%)")
+    if p.get("reused"):
+        t.add_row("reused", f"{p['reused']} (an earlier study's results, not trained again)")
     if p.get("throughput_per_min") is not None:
         t.add_row("throughput", f"{p['throughput_per_min']:.3g} trials/min")
     if p.get("eta_at"):
@@ -652,10 +661,15 @@ def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None
 @json_option
 def study_list(tag: str | None, archived: bool, database_url: str | None, as_json: bool) -> None:
     """Studies, newest first (archived ones with --archived), with their tags and note."""
+    from normfree.workers import progress
+
     store = open_store(settings_for(database_url))
-    rows = store.repo.list_studies(archived=archived, tag=tag)
-    for r in rows:
-        r["progress"] = store.repo.study_progress(r["id"])["counts"]
+    rows = []
+    for r in store.repo.list_studies(archived=archived, tag=tag):
+        snap = progress.snapshot(store.db, r["id"])
+        if snap is not None:  # deleted since the list was read
+            # the state shown beside the counts, from the same snapshot (workers.progress)
+            rows.append({**r, "state": snap.progress().state, "progress": snap.counts})
 
     def human(items: list[dict[str, Any]]) -> None:
         for r in items:
@@ -667,7 +681,7 @@ def study_list(tag: str | None, archived: bool, database_url: str | None, as_jso
                 )
             )
             click.echo(
-                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['status']}\t"
+                f"{r['id']}\t{r['kind']}\t{r['proxy']}\t{r['state']}\t"
                 f"{counts_line(r['progress'])}{extra}"
             )
 

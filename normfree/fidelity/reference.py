@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from normfree import csvsafe
-from normfree.specs import BASELINES, expand_alias
+from normfree.specs import BASELINES, expand_alias, operator_label
 
 Family = Literal["vit", "dit"]
 # What the number measures, which decides the proxy metric it is compared with (see report.py):
@@ -110,15 +110,9 @@ class Cell(_Model):
 
     @property
     def label(self) -> str:
-        """Short readable name: ``erf + s``, ``tanh (alpha fixed at 1)``."""
-        out = self.function
-        if self.shift == "scalar":
-            out += " + s"
-        elif self.shift == "channel":
-            out += " + s[D]"
-        if self.alpha is not None:
-            out += f" (alpha fixed at {self.alpha:g})"
-        return out
+        """Short readable name (``specs.operator_label``, as leaderboard arms are named):
+        ``erf + s``, ``tanh (alpha fixed at 1)``."""
+        return operator_label(self.function, self.shift, self.alpha)
 
 
 class ReferenceRow(_Model):

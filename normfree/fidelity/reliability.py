@@ -274,9 +274,28 @@ def trials_reliability(trials: Sequence[Any], **kwargs: Any) -> Reliability:
     return rank_reliability(values_from_trials(trials), direction=direction, **kwargs)
 
 
+def board_reliability(rows: Sequence[Mapping[str, Any]], **kwargs: Any) -> Reliability:
+    """The reliability of a leaderboard's arms, from its rows (``storage.leaderboard.rank``:
+    each row's ``seed_values``, seed -> completed value, and ``direction``).
+
+    A board keeps only completed seeds per arm (its summaries count failures without naming
+    their seeds), so a failed seed is absent here rather than ranked last as in the fidelity
+    report's rows; arms with no completed seed say nothing and are left out.
+    """
+    values: dict[str, dict[int, float | None]] = {}
+    for r in rows:
+        seeds = r.get("seed_values") or {}
+        if seeds:
+            key = str(r.get("arm_key") or r.get("candidate"))
+            values[key] = {int(s): (None if v is None else float(v)) for s, v in seeds.items()}
+    direction = next((r["direction"] for r in rows if r.get("direction")), "maximize")
+    return rank_reliability(values, direction=direction, **kwargs)
+
+
 __all__ = [
     "TARGET",
     "Reliability",
+    "board_reliability",
     "rank_reliability",
     "seeds_needed",
     "spearman_brown",

@@ -198,17 +198,33 @@ def _welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
         return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def _pick_metric(setting_metric: str, trials: Sequence[ProxyTrial]) -> tuple[str, float]:
-    """Which proxy number a reference metric is compared with, and its sign (+1: higher is
-    better). FID -> the proxy's sample score when every compared trial measured one."""
-    direction = next((t.objective_direction for t in trials), "maximize")
-    obj_sign = 1.0 if direction == "maximize" else -1.0
-    done = [t for t in trials if not t.failed]
+# Why a setting is compared with the number it is (``proxy_metric_reason``).
+_RANK_BY = (
+    "the screen's ranking metric, its objective (the README ranks every screen by it; on "
+    "dit-screen that is the diffusion loss, not its 500-sample FD)"
+)
+_FITTING = (
+    "a training-loss setting asks how well a model fits: compared with the eval-mode "
+    "training loss, not the ranking metric"
+)
+_METRICS = ("objective", "eval_train_loss", "fd")
+
+
+def _pick_metric(setting_metric: str, trials: Sequence[ProxyTrial]) -> tuple[str, float, str]:
+    """Which proxy number a reference setting is compared with, its sign (+1: higher is
+    better) and why. Every outcome setting (accuracy, FID, loss) is compared with the metric
+    the screen ranks by, its objective, so the report judges the order a user reads off the
+    board; the other numbers the trials measured are shown beside it (``others``)."""
     if setting_metric == "train_loss":
-        return "eval_train_loss", -1.0
-    if setting_metric == "fid" and done and all(t.fd is not None for t in done):
-        return "fd", -1.0
-    return "objective", obj_sign
+        return "eval_train_loss", -1.0, _FITTING
+    return "objective", _sign("objective", trials), _RANK_BY
+
+
+def _sign(metric: str, trials: Sequence[ProxyTrial]) -> float:
+    if metric != "objective":
+        return -1.0  # losses and distances: lower is better
+    direction = next((t.objective_direction for t in trials), "maximize")
+    return 1.0 if direction == "maximize" else -1.0
 
 
 def _value(t: ProxyTrial, metric: str) -> float | None:
@@ -216,14 +232,23 @@ def _value(t: ProxyTrial, metric: str) -> float | None:
 
 
 def setting_report(
-    rows: Sequence[ReferenceRow], trials: Sequence[ProxyTrial], n_boot: int = BOOTSTRAP
+    rows: Sequence[ReferenceRow],
+    trials: Sequence[ProxyTrial],
+    n_boot: int = BOOTSTRAP,
+    metric: str | None = None,
 ) -> dict[str, Any]:
-    """The report of one setting (rows share family, metric, direction and resolution)."""
+    """The report of one setting (rows share family, metric, direction and resolution).
+
+    ``metric``: compare with this proxy number instead of the one :func:`_pick_metric`
+    chooses (how ``others`` are computed)."""
     head = rows[0]
     ref_sign = 1.0 if head.direction == "maximize" else -1.0
     keys = [cell_key(r.cell) for r in rows]
     relevant = [t for t in trials if t.cell in set(keys)]
-    metric, sign = _pick_metric(head.metric, relevant)
+    if metric is None:
+        metric, sign, reason = _pick_metric(head.metric, relevant)
+    else:
+        sign, reason = _sign(metric, relevant), "shown beside the compared metric"
     cells: dict[str, _Cell] = {}
     for t in relevant:
         c = cells.setdefault(t.cell, _Cell(t.label))
@@ -298,6 +323,17 @@ def setting_report(
             }
         )
     n_agree = sum(1 for p in pairs if p["agree"])
+    others = []
+    if reason != "shown beside the compared metric":
+        done = [t for t in relevant if not t.failed]
+        for other in _METRICS:
+            if other == metric or not any(_value(t, other) is not None for t in done):
+                continue
+            o = setting_report(rows, trials, n_boot, metric=other)
+            others.append(
+                {k: o[k] for k in ("proxy_metric", "proxy_direction", "n_cells", "spearman",
+                                   "spearman_ci", "pairs_agree", "pairs_resolvable")}
+            )  # fmt: skip
     return {
         "setting": head.setting,
         "family": head.family,
@@ -305,7 +341,9 @@ def setting_report(
         "direction": head.direction,
         "resolution": head.resolution,
         "proxy_metric": metric,
+        "proxy_metric_reason": reason,
         "proxy_direction": "maximize" if sign > 0 else "minimize",
+        "others": others,
         "n_cells": len(m_rows),
         "cells": cells_out,
         "missing": missing,

@@ -198,6 +198,8 @@ def _trial_dict(
         "total_time_s": row.total_time_s,
         "worker": row.worker,
         "error": row.error,
+        "code_version": row.code_version,
+        "reused_from": row.reused_from,
         "created_at": _iso(row.created_at),
         "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at),

@@ -200,6 +200,7 @@ def record_finished(session: Any, trial_ids: Sequence[int]) -> None:
             t.c.id.in_(list(trial_ids)),
             t.c.status.in_(FINISHED),
             *shown_trials(t.c.archived, t.c.study_id),
+            t.c.reused_from.is_(None),  # a copy of a run already folded (trials.reuse_finished)
         )
     ).all()
     by_arm: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
@@ -261,7 +262,10 @@ def rebuild(connection: Any, *, proxy: str | None = None, archives: bool = True)
     """
     dialect = connection.dialect.name
     a = ArmResultRow.__table__
-    t = _trials_table(*(("archived",) if archives else ()))
+    # copies of runs (migration 0011 on) count once, as the run they copy
+    reuse = "reused_from" in {c["name"] for c in sa.inspect(connection).get_columns("trials")}
+    extra = (*(("archived",) if archives else ()), *(("reused_from",) if reuse else ()))
+    t = _trials_table(*extra)
     q = (
         sa.select(*(t.c[c] for c in _TRIAL_COLUMNS))
         .where(t.c.status.in_(FINISHED))
@@ -269,6 +273,8 @@ def rebuild(connection: Any, *, proxy: str | None = None, archives: bool = True)
     )
     if archives:
         q = q.where(*shown_trials(t.c.archived, t.c.study_id))
+    if reuse:
+        q = q.where(t.c.reused_from.is_(None))
     delete = a.delete()
     if proxy is not None:
         q = q.where(t.c.proxy == proxy)

@@ -61,9 +61,13 @@ class Arm:
 
 def arm_text(function: str, value: Any = None, options: Mapping[str, Any] | None = None) -> str:
     """How an arm reads everywhere (leaderboards in the API and the CLI, a study's cells):
-    ``erf``, ``shift_h(erf, 0.5)``, ``erf @ 0.5`` (a property study's transform value) and
-    ``erf [alpha0=1, shift=scalar]`` (options that change the arm, sorted)."""
-    label = function
+    ``erf``, ``shift_h(erf, 0.5)``, ``erf @ 0.5`` (a property study's transform value),
+    ``erf + s`` (the operator with s, named as reference cells name it: ``specs.operator_label``)
+    and ``erf [alpha0=1]`` (other options that change the arm, sorted)."""
+    from normfree.specs import operator_label
+
+    options = dict(options or {})
+    label = operator_label(function, str(options.pop("shift", "none")))
     if value is not None:
         label += f" @ {value}"
     if options:
@@ -159,12 +163,18 @@ def finished_trials(
     session: Any, proxy: str, study_id: int | None = None, *, archived: bool = False
 ) -> list[Any]:
     """The finished trials of ``proxy`` (of one study), ordered by finish time then id;
-    archived ones (an archived arm or study) only with ``archived``."""
+    archived ones (an archived arm or study) only with ``archived``.
+
+    A study's board counts the trials it reused (``trials.reused_from``: its results); a
+    proxy's board counts each run once, so it leaves the copies out, as the arm summaries do.
+    """
     q = sa.select(TrialRow).where(TrialRow.proxy == proxy, TrialRow.status.in_(FINISHED))
     if not archived:
         q = q.where(*shown_trials(TrialRow.archived, TrialRow.study_id))
     if study_id is not None:
         q = q.where(TrialRow.study_id == study_id)
+    else:
+        q = q.where(TrialRow.reused_from.is_(None))
     return sorted(session.scalars(q), key=_by_finish)
 
 
@@ -448,6 +458,9 @@ def rank(
                 "ci_high": summary.high,
                 "bound": summary.bound(arm_dir),
                 "seeds": seeds,
+                # the per-seed values behind the mean: the board's rank reliability reads them
+                # (fidelity.reliability.board_reliability)
+                "seed_values": {x: arm.by_seed[x] for x in seeds},
                 "vs_layernorm": vs_ln,
                 "study_ids": list(arm.study_ids),
                 "unreadable": [*arm.unreadable, *(["properties"] if cprops is None else [])],

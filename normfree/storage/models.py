@@ -183,6 +183,8 @@ class TrialRow(Base):
         # Leasing and requeueing: the oldest WAITING trial, RUNNING trials past their lease.
         Index("ix_trials_lease", "status", "lease_expires_at"),
         Index("ix_trials_context_seed", "context_key", "seed"),
+        # Reuse: a planned trial key looked up across every study (migration 0011).
+        Index("ix_trials_reuse", "trial_key", "code_version"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -216,6 +218,12 @@ class TrialRow(Base):
     failure: Mapped[str | None] = mapped_column(String(300))
     train_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
     total_time_s: Mapped[float | None] = mapped_column(FiniteFloat)
+    # The trainer's code version that produced the result (``TrialResult.code_version``);
+    # a finished trial is reused only by a study planning the same key under the same version.
+    code_version: Mapped[str | None] = mapped_column(String(64))
+    # The trial whose result this row carries (copied when the study was planned: never trained
+    # here). Not a foreign key: the copy keeps its meaning if that study is deleted.
+    reused_from: Mapped[int | None] = mapped_column(Integer)
     worker: Mapped[str | None] = mapped_column(String(200))
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -42,6 +42,7 @@ TRIAL_LIST_FIELDS = (
     "direction",
     "value",
     "finished_at",
+    "reused_from",
 )
 _COLUMN = {"value": "objective_value"}
 MAX_PAGE = 1000
@@ -58,6 +59,14 @@ def study_counts(conn: Any, study_id: int) -> dict[str, int]:
     for status, n in conn.execute(q):
         counts[status] = int(n)
     return counts
+
+
+def study_reused(conn: Any, study_id: int) -> int:
+    """How many of the study's trials carry an earlier study's result (``reused_from``)."""
+    q = sa.select(sa.func.count()).where(
+        TrialRow.study_id == study_id, TrialRow.reused_from.is_not(None)
+    )
+    return int(conn.execute(q).scalar() or 0)
 
 
 def study_stamp(conn: Any, study_id: int) -> tuple[Any, ...] | None:

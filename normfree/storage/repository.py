@@ -57,7 +57,7 @@ class Repository(CandidateRepository, StudyRepository, TrialRepository, TokenRep
         Row keys: ``rank``, ``arm_key``, ``candidate``, ``norm``, ``axis_values``, ``overrides``,
         ``group``, ``properties``, ``objective``, ``direction``, ``n`` (seeds with a value),
         ``n_trials`` (finished trials), ``n_diverged``, ``n_failed``, ``n_pruned``, ``mean``,
-        ``std``, ``ci_half_width``, ``ci_low``, ``ci_high``, ``bound``, ``seeds``,
+        ``std``, ``ci_half_width``, ``ci_low``, ``ci_high``, ``bound``, ``seeds``, ``seed_values``,
         ``p_vs_best`` (Welch), ``indistinguishable_from_best``, ``vs_layernorm`` (None or
         ``{n_pairs, seeds, mean_diff, std, ci_half_width, ci_low, ci_high}`` of candidate minus
         LayerNorm on shared seeds), ``study_ids``, ``ranked``, ``failure`` (None or the arm's

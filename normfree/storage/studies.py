@@ -357,7 +357,8 @@ class StudyRepository(RepositoryBase):
         """Counts per trial status plus totals and the best finished trial.
 
         Keys: ``study_id``, ``status`` (the study's), ``counts`` (every trial status, zeros
-        included), ``total``, ``finished`` (terminal trials), ``fraction_finished``, ``best``
+        included), ``total``, ``finished`` (terminal trials), ``fraction_finished``,
+        ``reused`` (trials carrying an earlier study's result: ``reuse_finished``), ``best``
         (``{"trial_id", "candidate", "axis_values", "seed", "value", "objective", "direction"}``
         of the best COMPLETE trial, or None).
         """
@@ -392,6 +393,11 @@ class StudyRepository(RepositoryBase):
             best_row = s.scalar(select(TrialRow).where(*done).order_by(order, TrialRow.id).limit(1))
             total = sum(counts.values())
             finished = total - counts["WAITING"] - counts["RUNNING"]
+            reused = s.scalar(
+                select(func.count()).where(
+                    TrialRow.study_id == study_id, TrialRow.reused_from.is_not(None)
+                )
+            )
             best = None
             if best_row is not None:
                 best = {
@@ -410,5 +416,6 @@ class StudyRepository(RepositoryBase):
                 "total": total,
                 "finished": finished,
                 "fraction_finished": finished / total if total else 0.0,
+                "reused": int(reused or 0),
                 "best": best,
             }

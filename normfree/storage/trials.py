@@ -44,6 +44,28 @@ from normfree.storage.models import (
 )
 from normfree.storage.records import TrialRecord
 
+# A finished trial whose result another study may reuse: an outcome of its configuration.
+REUSABLE_STATUSES = ("COMPLETE", "DIVERGED")
+# What a reused row takes from the trial that ran (its own id, study, key, axes and Optuna
+# number stay; ``finished_at`` is the run's, so "latest seed wins" orders it as that run).
+_REUSED_COLUMNS = (
+    "status",
+    "objective",
+    "direction",
+    "objective_value",
+    "metrics",
+    "eval_train_loss",
+    "diverged_at_step",
+    "spike_step",
+    "failure",
+    "train_time_s",
+    "total_time_s",
+    "code_version",
+    "worker",
+    "started_at",
+    "finished_at",
+)
+
 
 class TrialRepository(RepositoryBase):
     """Trials: planning (idempotent inserts), leases, results written once, and reads."""
@@ -106,6 +128,68 @@ class TrialRepository(RepositoryBase):
                         .values(optuna_number=number)
                     )
         return [ids[k] for k in keys]
+
+    def reuse_finished(self, study_id: int, code_version: str) -> list[int]:
+        """Give the study's unstarted trials the result of a finished trial with the same key.
+
+        A trial key is the whole configuration (proxy, operator, seed, budget, data, lr), and
+        ``code_version`` the trainer's code: a trial of any other study that ran the same key
+        under the same version and ended COMPLETE or DIVERGED (a result of the configuration;
+        PRUNED depends on the other study's pruner, FAILED on its worker) answers the planned
+        one. Its result, curves and diagnostics are copied into the row, which records
+        ``reused_from`` (the trial that ran) and is never leased. Copies are not folded into
+        the arm summaries: the trial they copy already is, and a proxy's board counts runs.
+        Returns the ids of the rows answered this way.
+        """
+        now = utcnow()
+        t = TrialRow.__table__
+        with self.db.session() as s:
+            planned = {
+                key: tid
+                for tid, key in s.execute(
+                    select(t.c.id, t.c.trial_key).where(
+                        t.c.study_id == study_id,
+                        t.c.status == "WAITING",
+                        t.c.attempt == 0,
+                        t.c.reused_from.is_(None),
+                    )
+                )
+            }
+            sources: dict[str, Any] = {}
+            for chunk in _chunks(sorted(planned), 500):
+                for row in s.execute(
+                    select(t)
+                    .where(
+                        t.c.trial_key.in_(chunk),
+                        t.c.code_version == code_version,
+                        t.c.status.in_(REUSABLE_STATUSES),
+                        t.c.reused_from.is_(None),
+                        t.c.study_id != study_id,
+                    )
+                    .order_by(t.c.finished_at, t.c.id)
+                ):
+                    sources[row.trial_key] = row  # the latest finished run of the key wins
+            reused = []
+            for key, src in sorted(sources.items()):
+                tid = planned[key]
+                copied = {c: getattr(src, c) for c in _REUSED_COLUMNS}
+                s.execute(
+                    update(TrialRow)
+                    .where(TrialRow.id == tid, TrialRow.status == "WAITING")
+                    .values(**copied, reused_from=src.id, updated_at=now)
+                )
+                for table in (TrialMetricRow.__table__, TrialDiagnosticRow.__table__):
+                    rows = [
+                        {**{c: v for c, v in r._mapping.items() if c != "id"}, "trial_id": tid}
+                        for r in s.execute(select(table).where(table.c.trial_id == src.id))
+                    ]
+                    if rows:
+                        s.execute(table.insert(), rows)
+                reads.store_trial_document(s.connection(), tid)
+                reused.append(tid)
+            for proxy in sorted({src.proxy for src in sources.values()}):
+                aggregates.bump(s, f"proxy:{proxy}")  # a study's board shows the copies
+        return reused
 
     def set_optuna_number(self, trial_id: int, number: int) -> None:
         """Record the Optuna trial number of one of our trials (asked after it was added)."""
@@ -176,6 +260,19 @@ class TrialRepository(RepositoryBase):
             TrialRow.attempt == attempt,
         )
 
+    def _set_held(
+        self, s: Any, trial_id: int, owner: str, attempt: int, *also: Any, **values: Any
+    ) -> bool:
+        """In session ``s``, set ``values`` on the trial only while this lease (and the extra
+        conditions ``also``) holds it: every write of a lease holder is fenced the same way, so
+        a worker that lost its lease cannot overwrite the retry's row. ``updated_at`` defaults
+        to now. True when the row was written."""
+        values.setdefault("updated_at", utcnow())
+        res = s.execute(
+            update(TrialRow).where(self._held(trial_id, owner, attempt), *also).values(**values)
+        )
+        return res.rowcount == 1
+
     def renew_lease(self, trial_id: int, owner: str, attempt: int, lease_seconds: float) -> bool:
         """Extend a live lease; False when it was lost (expired, requeued, finished): stop work.
 
@@ -184,12 +281,15 @@ class TrialRepository(RepositoryBase):
         """
         now = utcnow()
         with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt), TrialRow.lease_expires_at > now)
-                .values(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+            return self._set_held(
+                s,
+                trial_id,
+                owner,
+                attempt,
+                TrialRow.lease_expires_at > now,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                updated_at=now,
             )
-            return res.rowcount == 1
 
     def requeue_expired(
         self, now: datetime | None = None, max_attempts: int | None = None
@@ -249,19 +349,12 @@ class TrialRepository(RepositoryBase):
         """
         now = utcnow()
         with self.db.session() as s:
-            held = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(
-                    updated_at=now,
-                    **(
-                        {"lease_expires_at": now + timedelta(seconds=lease_seconds)}
-                        if lease_seconds is not None
-                        else {}
-                    ),
-                )
-            ).rowcount
-            if held != 1:
+            renew = (
+                {}
+                if lease_seconds is None
+                else {"lease_expires_at": now + timedelta(seconds=lease_seconds)}
+            )
+            if not self._set_held(s, trial_id, owner, attempt, updated_at=now, **renew):
                 return False
             values = _epoch_values(trial_id, record)
             stmt = self._insert(TrialMetricRow).values(**values)
@@ -280,29 +373,30 @@ class TrialRepository(RepositoryBase):
         """
         now = utcnow()
         with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(
-                    status=TRIAL_RESULT_STATUS[result.status],
-                    objective=result.objective,
-                    direction=result.direction,
-                    objective_value=result.value if result.status == "complete" else None,
-                    metrics=_jsonable(result.metrics),
-                    eval_train_loss=result.eval_train_loss,
-                    diverged_at_step=result.diverged_at_step,
-                    spike_step=result.spike_step,
-                    failure=result.failure[:300] if result.failure else None,
-                    train_time_s=result.train_time_s,
-                    total_time_s=result.total_time_s,
-                    worker=result.worker or owner,
-                    error=result.error,
-                    lease_expires_at=None,
-                    finished_at=now,
-                    updated_at=now,
-                )
+            held = self._set_held(
+                s,
+                trial_id,
+                owner,
+                attempt,
+                status=TRIAL_RESULT_STATUS[result.status],
+                objective=result.objective,
+                direction=result.direction,
+                objective_value=result.value if result.status == "complete" else None,
+                metrics=_jsonable(result.metrics),
+                eval_train_loss=result.eval_train_loss,
+                diverged_at_step=result.diverged_at_step,
+                spike_step=result.spike_step,
+                failure=result.failure[:300] if result.failure else None,
+                train_time_s=result.train_time_s,
+                total_time_s=result.total_time_s,
+                code_version=result.code_version,
+                worker=result.worker or owner,
+                error=result.error,
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
             )
-            if res.rowcount != 1:
+            if not held:
                 return False
             if result.curves:
                 s.execute(
@@ -352,12 +446,10 @@ class TrialRepository(RepositoryBase):
                 values.update(status="WAITING", lease_owner=None)
             else:
                 values.update(status="FAILED", finished_at=now)
-            res = s.execute(
-                update(TrialRow).where(self._held(trial_id, owner, attempt)).values(**values)
-            )
-            if res.rowcount == 1 and not again:
+            held = self._set_held(s, trial_id, owner, attempt, **values)
+            if held and not again:
                 aggregates.record_finished(s, [trial_id])
-            return res.rowcount == 1
+            return held
 
     def release_lease(
         self, trial_id: int, owner: str, attempt: int, reason: str | None = None
@@ -400,12 +492,7 @@ class TrialRepository(RepositoryBase):
     def _update_held(self, trial_id: int, owner: str, attempt: int, **values: Any) -> bool:
         """Set ``values`` (and ``updated_at``) on the trial if this lease still holds it."""
         with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(**values, updated_at=utcnow())
-            )
-            return res.rowcount == 1
+            return self._set_held(s, trial_id, owner, attempt, **values)
 
     def cancel_waiting(self, study_id: int) -> int:
         """Mark the study's WAITING trials CANCELLED (they never ran); returns how many."""

@@ -191,7 +191,14 @@ def load_npz(path: str | Path) -> Dataset:
     70/15/15 split is made.
     """
     path = Path(path)
-    with np.load(path, allow_pickle=False) as z:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        # numpy reads a file that is no zip archive as a pickle and refuses that; say what it is
+        raise ValueError(f"{path.name} is not a readable .npz archive of arrays ({e})") from e
+    if not hasattr(archive, "files"):
+        raise ValueError(f"{path.name} holds a single array, not an .npz archive with x and y")
+    with archive as z:
         keys = set(z.files)
         if not {"x", "y"} <= keys:
             raise ValueError(f"{path}: an .npz dataset needs keys 'x' and 'y' (has {sorted(keys)})")

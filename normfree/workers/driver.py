@@ -48,6 +48,7 @@ from normfree.workers.execution import JobOutcome, RayExecutor, TrialJob, TrialS
 from normfree.workers.kinds.search import REPEAT_OF, answer_repeats
 from normfree.workers.lifecycle import outcome
 from normfree.workers.validation import prepare, stored_names
+from normfree.workers.versions import trainer_version
 
 __all__ = [
     "DriverSummary",
@@ -143,6 +144,8 @@ def create_study(
         _load_optuna(store, spec, study_id)
         if planned:
             store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
+            # a key another study already ran under this trainer code is answered, not trained
+            store.repo.reuse_finished(study_id, trainer_version())
         if not store.repo.finish_creation(study_id):
             raise RuntimeError(f"study {study_id} was removed while it was being created")
     except BaseException:

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from normfree.fidelity.caveats import calibration_of, near_chance_rule, uncalibrated_note
 from normfree.fidelity.reference import cell_key
+from normfree.fidelity.reliability import trials_reliability
 from normfree.fidelity.report import BOOTSTRAP, build_report
 from normfree.specs import TRAINED_STATUSES
 from normfree.storage.db import Database
@@ -106,6 +107,9 @@ def fidelity_report(
     report["calibration"] = calibration_of(subject_proxy)
     report["calibrated"] = report["calibration"] is not None
     report["caveats"] = [] if report["calibrated"] else [uncalibrated_note(subject_proxy)]
+    # beside the agreement with scale, the ceiling on it: does the order reproduce itself?
+    rel = trials_reliability(trials, bootstrap=n_boot)
+    report["reliability"] = {**rel.as_dict(), "text": rel.text()}
     with _LOCK:
         _CACHE[key] = report
         while len(_CACHE) > _CACHE_MAX:

@@ -20,6 +20,9 @@ when the study will be done and which arm leads. Three rules live here and nowhe
   as the study's cells and the leaderboards merge them) with the best mean over its completed
   seeds (:func:`best_arm`); :func:`arm_of` is the grouping the study's cells use too.
 
+Reused trials (an earlier study's results, ``storage.trials.reuse_finished``) count as finished
+but not in the throughput: they finished when (and where) they first ran.
+
 Remaining trials are those planned so far (waiting plus running): a search or a generate study
 plans some trials as it goes, so its ETA covers what is planned now.
 """
@@ -76,6 +79,8 @@ class Progress:
     eta_at: datetime | None = None
     best: BestArm | None = None
     notes: list[str] = field(default_factory=list)
+    # trials answered by an earlier study's run (``reused_from``): finished, never trained here
+    reused: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (timestamps as ISO text), for ``normfree study status --json``."""
@@ -122,11 +127,15 @@ def throughput(
     return 60.0 * n / span, n, span
 
 
-def arm_of(trial: Mapping[str, Any], transform: str | None) -> tuple[Any, ...]:
-    """The arm a trial belongs to: (function's identity, transform value, other options) with
-    the seed dropped; one function is one arm however it was spelled (``storage.leaderboard
-    .identity``). Keys of the study's cells and of :func:`best_arm`."""
-    from normfree.storage.leaderboard import identity
+def arm_of(
+    trial: Mapping[str, Any], transform: str | None
+) -> tuple[str, str, bool, float | None, dict[str, Any]]:
+    """(function, label, baseline, transform value, options) of the study arm a trial belongs
+    to, the seed dropped: the one spelling of a study's arms (its cells, its best arm, what
+    ``/compare?study=N&arm=LABEL`` names). One function is one arm however it was spelled
+    (``storage.leaderboard.identity``); the label (``arm_text``) names the function, the
+    transform value and the options, so (label, baseline) tells arms apart."""
+    from normfree.storage.leaderboard import arm_text, identity
 
     axes = trial.get("axis_values")
     ax = dict(axes) if isinstance(axes, Mapping) else {}
@@ -136,8 +145,7 @@ def arm_of(trial: Mapping[str, Any], transform: str | None) -> tuple[Any, ...]:
     value = ax.pop(transform, None) if transform else None
     if isinstance(value, float) and not math.isfinite(value):
         value = None
-    options = tuple(sorted((k, str(v)) for k, v in ax.items()))
-    return function, baseline, value, options
+    return function, arm_text(function, value, ax), baseline, value, ax
 
 
 def best_arm(
@@ -145,30 +153,21 @@ def best_arm(
 ) -> BestArm | None:
     """The arm with the best mean over its completed seeds (ties: more seeds, then label);
     None before any trial completed."""
-    from normfree.storage.leaderboard import arm_text
-
-    values: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
     objective = None
     for t in trials:
         v = t.get("value")
         if t.get("status") != "COMPLETE" or v is None or not math.isfinite(v):
             continue
-        values[arm_of(t, transform)].append(float(v))
+        function, label, _baseline, _value, _options = arm_of(t, transform)
+        values[(label, function)].append(float(v))
         objective = objective or t.get("objective")
     if not values:
         return None
     sign = -1.0 if direction == "minimize" else 1.0
-
-    def label(key: tuple[Any, ...]) -> str:
-        function, _baseline, value, options = key
-        return arm_text(function, value, dict(options))
-
-    key = max(
-        values,
-        key=lambda k: (sign * sum(values[k]) / len(values[k]), len(values[k]), label(k)),
-    )
+    key = max(values, key=lambda k: (sign * sum(values[k]) / len(values[k]), len(values[k]), k))
     vs = values[key]
-    return BestArm(label(key), key[0], sum(vs) / len(vs), len(vs), objective, direction)
+    return BestArm(key[0], key[1], sum(vs) / len(vs), len(vs), objective, direction)
 
 
 def summarize(
@@ -179,6 +178,7 @@ def summarize(
     finishes: Sequence[datetime] = (),
     first_start: datetime | None = None,
     best: BestArm | None = None,
+    reused: int = 0,
 ) -> Progress:
     """Progress from what :func:`snapshot` read (also usable on counts alone)."""
     c = {s: int(counts.get(s, 0)) for s in TRIAL_STATUSES}
@@ -186,7 +186,7 @@ def summarize(
     left = c["WAITING"] + c["RUNNING"]
     finished = total - left
     state = state_of(status, c)
-    rate, n, span = throughput(finishes, first_start, finished)
+    rate, n, span = throughput(finishes, first_start, finished - reused)
     last = max(finishes) if finishes else None
     eta_s = eta_at = None
     if state in DRIVEN_STATUSES and rate and last is not None:
@@ -207,6 +207,7 @@ def summarize(
         eta_s=eta_s,
         eta_at=eta_at,
         best=best,
+        reused=reused,
     )
 
 
@@ -220,6 +221,7 @@ class Snapshot:
     counts: dict[str, int]
     finishes: list[datetime]
     first_start: datetime | None
+    reused: int = 0
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -235,6 +237,7 @@ class Snapshot:
             finishes=self.finishes,
             first_start=self.first_start,
             best=best,
+            reused=self.reused,
         )
 
 
@@ -256,8 +259,11 @@ def snapshot(db: Any, study_id: int) -> Snapshot | None:
         counts = reads.study_counts(conn, study_id)
         finishes: list[datetime] = []
         first_start = None
+        reused = 0
         if any(counts[s] for s in _ENDED):
-            ended = (TrialRow.study_id == study_id, TrialRow.status.in_(_ENDED))
+            reused = reads.study_reused(conn, study_id)
+            ran = TrialRow.reused_from.is_(None)  # reused rows finished elsewhere, earlier
+            ended = (TrialRow.study_id == study_id, TrialRow.status.in_(_ENDED), ran)
             finishes = [
                 t
                 for (t,) in conn.execute(
@@ -268,9 +274,11 @@ def snapshot(db: Any, study_id: int) -> Snapshot | None:
                 )
             ]
             first_start = conn.scalar(
-                sa.select(sa.func.min(TrialRow.started_at)).where(TrialRow.study_id == study_id)
+                sa.select(sa.func.min(TrialRow.started_at)).where(
+                    TrialRow.study_id == study_id, ran
+                )
             )
-    return Snapshot(study_id, row.status, row.updated_at, counts, finishes, first_start)
+    return Snapshot(study_id, row.status, row.updated_at, counts, finishes, first_start, reused)
 
 
 def read(db: Any, study_id: int, *, with_best: bool = True) -> Progress | None:

@@ -175,6 +175,10 @@ def plan_cells(
             if cfg.key() in seen:  # e.g. a baseline listed twice: never train a config twice
                 continue
             seen.add(cfg.key())
+            if norm.shift != "none" and "shift" not in axes and role != "baseline":
+                # the study's operator (its norm_shift, the published one for the 16) is an
+                # axis like an option's: every cell's label says it ran with s ("erf + s")
+                axes = {**axes, "shift": norm.shift}
             planned.append(PlannedTrial(cfg, {**axes, "seed": seed}, role))  # type: ignore[arg-type]
     return planned
 

@@ -47,6 +47,7 @@ from normfree.workers.errors import ConfigError
 from normfree.workers.proxies import PRESET_OVERRIDABLE, PROXIES, Preset, get_preset
 from normfree.workers.proxies.configs import resolve_zero_init_final
 from normfree.workers.proxies.dit import Diffusion
+from normfree.workers.versions import trainer_version
 
 if TYPE_CHECKING:  # the kernels (and triton's import rules) load with the first norm built
     from normfree.kernels import KernelOptions
@@ -665,6 +666,7 @@ def train_trial(
         total_time_s=time.perf_counter() - t_start,
         error=error,
         config=res.describe(),
+        code_version=trainer_version(),
     )
 
 

@@ -180,11 +180,26 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             page.goto(f"{base}studies/{sid}")
             page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
             assert "0/2 finished" in page.locator("#progress-text").inner_text()
+            assert page.locator("#study-state .badge").inner_text() == "pending"
+            assert "no trial finished yet" in page.locator("#progress-rate").inner_text()
+            # one trial finishes: throughput, an ETA counted down in the page, the best arm
+            _finish_all(url_db, sid, limit=1)
+            page.wait_for_function(
+                "document.getElementById('progress-text').textContent.includes('1/2 finished')",
+                timeout=30_000,
+            )
+            rate = page.locator("#progress-rate").inner_text()
+            assert "trials/min" in rate and "ETA" in rate, rate
+            assert "best arm so far: erf" in page.locator("#progress-best").inner_text()
             _finish_all(url_db, sid)
             page.wait_for_function(
                 "document.getElementById('progress-text').textContent.includes('2/2 finished')",
                 timeout=30_000,
             )
+            # nothing left to run (no driver here: the stored status stays pending): the badge
+            # and the counts agree, never "pending" or "running" beside "2/2 finished"
+            assert page.locator("#study-state .badge").inner_text() == "complete"
+            assert page.locator("#progress-text").inner_text().startswith("complete: 2/2")
             # the figure was redrawn with the new cells (an error bar per finished value)
             page.wait_for_function(
                 "document.querySelectorAll('#study-figure .point').length >= 2", timeout=30_000
@@ -201,15 +216,20 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
             ctx.close()
 
 
-def _finish_all(database_url: str, study_id: int) -> None:
-    """Act as a worker: lease and finish every trial of the study with a synthetic result."""
+def _finish_all(database_url: str, study_id: int, limit: int | None = None) -> None:
+    """Act as a worker: lease and finish every trial of the study (at most ``limit``) with a
+    synthetic result."""
     from normfree.storage import Database, Repository
     from normfree.testing.seeding import synthetic_result
 
     db = Database(database_url)
     repo = Repository(db, max_attempts=3)
     try:
-        while (leased := repo.lease_next(study_id, "browser-test", 600.0)) is not None:
+        done = 0
+        while (limit is None or done < limit) and (
+            leased := repo.lease_next(study_id, "browser-test", 600.0)
+        ) is not None:
+            done += 1
             value = leased.axis_values.get("shift_v")
             result = synthetic_result("erf", value, leased.config.seed, diverged=False)
             assert repo.finish_trial(leased.id, "browser-test", leased.attempt, result)

@@ -111,6 +111,12 @@ def test_badge_never_says_running_beside_everything_finished(api: Api) -> None:
     cli = json.loads(out.stdout)
     assert cli["state"] == "complete" and cli["finished"] == n
     assert cli["best"]["label"] == body["progress"]["best"]["label"]
+    listed = subprocess.run(
+        [sys.executable, "-m", "normfree", "study", "list", "--db", api.settings.database_url],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    line = next(x for x in listed.stdout.splitlines() if x.startswith(f"{study_id}\t"))
+    assert "\tcomplete\t" in line and "running" not in line.split("\t")[3], line
 
 
 def test_nothing_trained_shows_failed(api: Api) -> None:

@@ -248,7 +248,7 @@ def test_paging_while_trials_are_written(make_api: Callable[..., Api], database_
 
 
 def test_candidate_results_under_options_and_identity_transforms(api: Api, seeded: Seeded) -> None:
-    """erf's page finds erf run with options (label 'erf [shift=scalar]') and as shift_h(erf, 0)
+    """erf's page finds erf run with options (label 'erf + s') and as shift_h(erf, 0)
     (the identity transform), which the seeded property study ran; not shift_h(erf, 1)."""
     repo = api.repo
     sid = _study(repo, [NormSpec(name="erf", shift="scalar"), NormSpec(name="layernorm")])
@@ -256,13 +256,13 @@ def test_candidate_results_under_options_and_identity_transforms(api: Api, seede
     res = api.client.get("/api/candidates/erf/results")
     assert res.status_code == 200
     labels = {r["candidate"] for r in res.json()}
-    assert labels == {"erf [shift=scalar]", "shift_h(erf, 0)"}
+    assert labels == {"erf + s", "shift_h(erf, 0)"}
     assert {r["function"] for r in res.json()} == {"erf", "shift_h(erf, 0)"}
     assert all(r["proxy"] == "vit-tiny" for r in res.json())
     detail = api.client.get("/api/candidates/erf").json()
     assert {r["candidate"] for r in detail["results"]} == labels
     html = api.client.get("/candidates/erf", headers=HTML).text
-    assert "No finished trials" not in html and "erf [shift=scalar]" in html
+    assert "No finished trials" not in html and "erf + s" in html
     # the identity transform's own page finds erf's results too, and not the shifted ones
     same = api.client.get("/api/candidates/shift_h(erf, 0)/results").json()
     assert {r["candidate"] for r in same} == labels

@@ -18,7 +18,7 @@ from normfree.storage import Database, Repository, optuna_storage_url
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
-HEAD = "0010"  # the newest revision
+HEAD = "0011"  # the newest revision
 
 
 def head(db: Database) -> str:

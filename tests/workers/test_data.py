@@ -82,6 +82,17 @@ def test_npz_missing_keys_is_a_clear_error(tmp_path):
         data.load_npz(tmp_path / "bad.npz")
 
 
+def test_a_file_that_is_no_npz_archive_says_so(tmp_path):
+    # numpy's own message for a text file speaks of pickles, which a user never wrote
+    (tmp_path / "text.npz").write_bytes(b"this is not an npz archive\n")
+    with pytest.raises(ValueError, match=r"text\.npz is not a readable \.npz archive"):
+        data.load_npz(tmp_path / "text.npz")
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    (tmp_path / "one.npy").rename(tmp_path / "one.npz")
+    with pytest.raises(ValueError, match="single array"):
+        data.load_npz(tmp_path / "one.npz")
+
+
 def test_image_folder(tmp_path):
     from PIL import Image
 

@@ -85,6 +85,16 @@ def test_study_command_joins_the_advertised_cluster(tmp_path: Path) -> None:
         assert _core(holder.pid) == core, "the joined cluster lost its GCS or raylet"
         again = localray.running()
         assert again is not None and again.address == address
+        # a refused study (joined meanwhile, on a thread) says why and leaves the cluster up
+        bad = subprocess.run(
+            [sys.executable, "-m", "normfree", "study", "property", "--transform", "shift_h",
+             "--functions", "tahn", "--values", "0", "--proxy", "vit-tiny", "--seeds", "1",
+             "--baselines", "", "--json", "--db", db],
+            capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path,
+        )  # fmt: skip
+        assert bad.returncode == 2, bad.stderr[-3000:]
+        assert "tanh" in json.loads(bad.stdout)["error"]
+        assert _core(holder.pid) == core and localray.running() is not None
         assert time.monotonic() - t0 < 300
         # off: the command starts its own (not run here: covered by every other CLI test)
         off = Settings(share_local_cluster=False)
@@ -113,3 +123,30 @@ def test_a_stale_record_is_never_joined(tmp_path: Path) -> None:
             assert not path.exists()
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_serve_keeps_an_advertised_cluster_and_takes_it_away_on_sigterm(tmp_path: Path) -> None:
+    """``normfree serve`` starts its Ray at once and advertises it; SIGTERM withdraws the
+    record and stops the whole cluster (nothing left for a command to join or to leak)."""
+    import signal
+
+    from normfree.testing.live import live_server_process
+
+    if localray._record_path().exists():
+        pytest.skip("a server of this checkout is running on this host")
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    with live_server_process(url, env={"NORMFREE_SHARE_LOCAL_CLUSTER": "true"}) as (_, proc):
+        deadline = time.monotonic() + 180
+        while (shared := localray.running()) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, "no cluster advertised"
+            time.sleep(0.2)
+        core = _core(proc.pid)
+        assert len(core) == 2, core
+        tree = localray.descendants(proc.pid) | {proc.pid}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    assert localray.running() is None and not localray._record_path().exists()
+    deadline = time.monotonic() + 30
+    while any(localray.alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if localray.alive(p)], shared

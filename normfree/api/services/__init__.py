@@ -12,6 +12,7 @@ repository), so nothing here writes SQL.
 - ``leaderboards``: boards with groups and properties filled in (``ENRICHER``), warm-up
 - ``studies``: create, list, cells, trial pages, pause/resume/cancel (``workers.lifecycle``)
 - ``trials``: one trial
+- ``screens``: a function placed among the 16 search candidates (``POST /api/screens``)
 - ``housekeeping``: archive or delete studies, arms and stored candidates (a preview first);
   tags and notes on studies
 - ``tokens``: write tokens

@@ -14,6 +14,7 @@ from normfree.api.enrich import MISSING, Enricher
 from normfree.api.errors import ApiError
 from normfree.api.services.candidates import _catalog_public, matches_properties
 from normfree.api.services.state import ServiceState
+from normfree.fidelity.reliability import board_reliability
 from normfree.jsonsafe import finite
 from normfree.specs import BASELINES
 from normfree.workers.errors import public_error
@@ -93,6 +94,7 @@ def leaderboard(
             404, "not_found", f"unknown proxy {proxy!r}; choose from {sorted(PROXIES)}", None
         )
     out: list[S.LeaderboardRow] = []
+    shown: list[dict[str, Any]] = []
     objective = next((r.get("objective") for r in rows if r.get("objective")), None)
     direction = next((r.get("direction") for r in rows if r.get("direction")), "maximize")
     for r in rows:
@@ -103,6 +105,7 @@ def leaderboard(
         if properties and not matches_properties(props, properties):
             continue
         label = arm_text(r["candidate"], options=row_options(r))
+        shown.append(r)
         out.append(
             S.LeaderboardRow(
                 rank=r["rank"],
@@ -144,6 +147,7 @@ def leaderboard(
         filters={k: v for k, v in filters.items() if v},
         fidelity=fid,
         caveats=_caveats(proxy, out, objective),
+        reliability=reliability_public(board_reliability(shown)),
         rows=out,
         unreadable=unreadable,
     )
@@ -168,6 +172,11 @@ def _fidelity_line(
                       new_reference())  # fmt: skip
         unreadable.append("fidelity")
         return None
+
+
+def reliability_public(rel: Any) -> S.ReliabilityPublic:
+    """A :class:`~normfree.fidelity.reliability.Reliability` as the API shows it."""
+    return S.ReliabilityPublic(**finite(rel.as_dict()), text=rel.text())
 
 
 def public_failure(found: Mapping[str, Any] | None) -> S.ArmFailure | None:

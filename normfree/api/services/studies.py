@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -20,6 +19,7 @@ from normfree.specs import StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
+from normfree.workers.progress import arm_of
 
 if TYPE_CHECKING:
     from normfree.search_space.resolver import Stored
@@ -33,11 +33,12 @@ def _progress(
     snap: progress.Snapshot | None = None,
     best: progress.BestArm | None = None,
 ) -> S.StudyProgress:
-    """A study's public progress (``workers.progress``); ``snap`` when already read."""
+    """A study's public progress (``workers.progress``); ``snap`` when already read. A study
+    deleted meanwhile has none (empty counts): a caller walking a list never fails on it."""
     if snap is None:
         snap = progress.snapshot(repo.db, study_id)
         if snap is None:
-            raise not_found("study", study_id)
+            return S.StudyProgress()
     return public_progress(snap.progress(best))
 
 
@@ -62,6 +63,7 @@ def public_progress(p: progress.Progress) -> S.StudyProgress:
         eta_s=p.eta_s,
         eta_at=p.eta_at,
         best=None if p.best is None else S.BestArm(**asdict(p.best)),
+        reused=p.reused,
     )
 
 
@@ -228,24 +230,6 @@ def list_studies(
     return S.StudyList(count=len(items), items=items)
 
 
-def arm_of(
-    trial: Mapping[str, Any], transform: str | None
-) -> tuple[str, str, bool, float | None, dict[str, Any]]:
-    """(function, label, baseline, transform value, options) of the study arm a trial belongs
-    to: the one spelling of a study's cells, also what ``/compare?study=N&arm=LABEL`` names."""
-    from normfree.storage.leaderboard import arm_text, identity
-
-    stored = trial.get("axis_values")
-    ax = dict(stored) if isinstance(stored, Mapping) else {}  # unreadable: no axes, its name
-    ax.pop("seed", None)
-    function = identity(str(ax.pop("function", trial["candidate"])))
-    baseline = bool(ax.pop("baseline", False))
-    value = ax.pop(transform, None) if transform else None
-    if isinstance(value, float) and not math.isfinite(value):
-        value = None
-    return function, arm_text(function, value, ax), baseline, value, ax
-
-
 def _cells(
     trials: list[dict[str, Any]], spec: Mapping[str, Any]
 ) -> tuple[list[S.StudyCell], str | None, str]:
@@ -258,7 +242,8 @@ def _cells(
     for t in trials:
         # one function, one cell (``shift_h(erf, 0)`` is erf), as the leaderboards merge arms;
         # the best arm of the study's progress groups the same way
-        groups[progress.arm_of(t, transform)].append(t)
+        _function, label, baseline, _value, _options = arm_of(t, transform)
+        groups[(label, baseline)].append(t)
     objective = next((t.get("objective") for t in trials if t.get("objective")), None)
     direction = next((t.get("direction") for t in trials if t.get("direction")), "maximize")
     cells = []
@@ -340,11 +325,11 @@ def study_key(state: ServiceState, study_id: int) -> tuple[Any, dict[str, Any], 
 
 def _study_cells(
     state: ServiceState, key: Any, row: Mapping[str, Any]
-) -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None]:
-    """(cells, objective, direction, generate report, what could not be read, best arm) of a
-    study, built once per ``key``."""
+) -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None, Any]:
+    """(cells, objective, direction, generate report, what could not be read, best arm, the
+    cells' rank reliability) of a study, built once per ``key``."""
 
-    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None]:
+    def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None, Any]:
         from normfree.storage import reads
 
         fields = (
@@ -368,9 +353,30 @@ def _study_cells(
                 pass
         generate = _kind_report(state, row["kind"], row["id"])
         best = progress.best_arm(trials, spec.get("transform"), direction or "maximize")
-        return cells, objective, direction, generate, unreadable, best
+        rel = _cells_reliability(trials, spec.get("transform"), direction or "maximize")
+        return cells, objective, direction, generate, unreadable, best, rel
 
     return state.cache.get_or_build((("study-cells", row["id"]), key), build)
+
+
+def _cells_reliability(
+    trials: list[dict[str, Any]], transform: str | None, direction: str
+) -> S.ReliabilityPublic:
+    """The split-seed rank reliability of a study's cells (arms grouped as the cells group
+    them: ``workers.progress.arm_of``); a diverged seed ranks last, as in fidelity."""
+    from normfree.api.services.leaderboards import reliability_public
+    from normfree.fidelity.reliability import rank_reliability
+
+    values: dict[str, dict[int, float | None]] = {}
+    for t in trials:
+        if t.get("status") not in ("COMPLETE", "DIVERGED") or t.get("seed") is None:
+            continue
+        v = t.get("value") if t["status"] == "COMPLETE" else None
+        if t["status"] == "COMPLETE" and v is None:
+            continue  # completed without the objective: says nothing
+        arm = repr(progress.arm_of(t, transform))
+        values.setdefault(arm, {})[int(t["seed"])] = v
+    return reliability_public(rank_reliability(values, direction=direction))  # type: ignore[arg-type]
 
 
 def _unreadable_axes(trials: list[dict[str, Any]]) -> list[str]:
@@ -393,7 +399,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
     """A study with progress and cells; ``trials`` adds every trial (use the paged list at scale:
     ``list_study_trials``)."""
     key, row, snap = study_key(state, study_id)
-    cells, objective, direction, generate, unreadable, best = _study_cells(state, key, row)
+    cells, objective, direction, generate, unreadable, best, rel = _study_cells(state, key, row)
     pub = _study_public(state, row, snap, best)
     pub = pub.model_copy(update={"unreadable": [*pub.unreadable, *unreadable]})
     listed: list[S.TrialSummary] = []
@@ -409,6 +415,7 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         direction=direction,  # type: ignore[arg-type]
         **_kind_fields(row["kind"], generate),
         cells=cells,
+        reliability=rel,
         trials=listed,
         archived_arms=sorted({k for c in cells if c.archived for k in c.arm_keys}),
     )
@@ -432,6 +439,7 @@ def _trial_summary(t: Mapping[str, Any]) -> S.TrialSummary:
         attempt=t.get("attempt", 0),
         axis_values=axes,
         objective_value=t.get("value"),
+        reused_from=t.get("reused_from"),
         unreadable=unreadable,
     )
 

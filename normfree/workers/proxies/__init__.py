@@ -444,6 +444,8 @@ register(
 # The screens a user gets without naming one (CLI defaults, the prescreen, the demo): the
 # presets calibrated against the published results (bench/results/calibration-*.md).
 DEFAULT_PROXY = "vit-screen-heldout"
+# The screens ``normfree screen`` places a function on (one per family, the README's defaults).
+DEFAULT_SCREENS: tuple[str, ...] = (DEFAULT_PROXY, "dit-screen")
 
 
 # The preset's own fields a trial may override (beside its model config's): here, beside the
@@ -472,6 +474,7 @@ def get_preset(name: str) -> Preset:
 
 __all__ = [
     "DEFAULT_PROXY",
+    "DEFAULT_SCREENS",
     "PRESET_OVERRIDABLE",
     "PROXIES",
     "DiT",

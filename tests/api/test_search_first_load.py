@@ -125,3 +125,34 @@ def test_a_bad_page_is_refused(api: Api, query: str) -> None:
     search = seed_search_study(api.settings)
     got = api.client.get(f"/api/studies/{search.study_id}/search?{query}")
     assert got.status_code == 422, got.text
+
+
+def test_a_comparison_is_built_once_per_state_of_its_trials(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlalchemy as sa
+
+    from normfree.api import compare
+    from normfree.api.routers import compare as routes
+
+    search = seed_search_study(api.settings)
+    builds: list[int] = []
+    real = compare.compare
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        builds.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(routes, "compare", counted)
+    tid = search.trial_ids["erf"]
+    for url in (f"/api/compare?trials={tid}", f"/compare?trials={tid}"):
+        first = api.client.get(url)
+        assert first.status_code == 200 and api.client.get(url).text == first.text
+    assert len(builds) == 2  # one per URL: the repeats were looked up
+    with api.repo.db.session() as s:  # a write to the trial (as a new curve point makes)
+        s.execute(
+            sa.text("UPDATE trials SET updated_at = :t WHERE id = :i"),
+            {"t": "2030-01-01 00:00:00", "i": tid},
+        )
+    assert api.client.get(f"/api/compare?trials={tid}").status_code == 200
+    assert len(builds) == 3

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, comparison_plots, plots, reads, search_importance
-from normfree.api.compare import Comparison, compare
+from normfree.api.compare import Comparison, compare, compare_key
 from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
 from normfree.api.errors import ErrorBody
 from normfree.api.search import MAX_LIMIT, SearchView, page_of, search_view
@@ -75,8 +75,13 @@ def get_compare(
 ) -> Comparison:
     """Learning curves of chosen trials (`trials=3,7,12`) or of a study's arms
     (`study=4&arm=erf&arm=tanh`: every seed of each arm), for one plot: each trial's curve
-    points, the metrics they hold and the one chosen (`metric`, default the objective)."""
-    return compare(state, trials=trials, study_id=study, arms=_arms(arm, arms), metric=metric)
+    points, the metrics they hold and the one chosen (`metric`, default the objective). Cached
+    per choice and the state of its trials (a new curve point builds it again)."""
+    chosen = _arms(arm, arms)
+    key = compare_key(state, trials=trials, study_id=study, arms=chosen, metric=metric)
+    return state.cache.get_or_build(
+        key, lambda: compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
+    )
 
 
 @api_router.get(
@@ -138,10 +143,10 @@ async def page_compare(
     """The chosen curves on one plot, a metric selector and the trials drawn. With nothing
     chosen: how to choose (a form for trial ids; the study pages link arms here)."""
     chosen = _arms(arm, arms)
+    if not trials and study is None:
+        return _render(request, "compare.html", comparison=None, figure=None, notices=[])
 
-    def build() -> Response:
-        if not trials and study is None:
-            return _render(request, "compare.html", comparison=None, figure=None, notices=[])
+    def build() -> cache.Cached:
         result = compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
         data = result.model_dump(mode="json")
         figure = None
@@ -154,17 +159,23 @@ async def page_compare(
                 "compare-figure",
                 template=plots.resolved_template(),
             )
-        return _render(
-            request,
-            "compare.html",
-            comparison=result,
-            figure=figure,
-            notices=notices,
-            trials_text=",".join(str(t.id) for t in result.trials) if trials else "",
-            arms=chosen,
+        return cache.html_body(
+            _render(
+                request,
+                "compare.html",
+                comparison=result,
+                figure=figure,
+                notices=notices,
+                trials_text=",".join(str(t.id) for t in result.trials) if trials else "",
+                arms=chosen,
+            )
         )
 
-    return await run_in_threadpool(build)
+    key = await run_in_threadpool(
+        compare_key, state, trials=trials, study_id=study, arms=chosen, metric=metric
+    )
+    page_key = ((*key[0], "page", str(request.base_url)), key[1])
+    return await cache.serve(request, state.cache, page_key, build)
 
 
 @page_router.get("/studies/{study_id}/search", response_class=HTMLResponse, name="page_search")

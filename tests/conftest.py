@@ -20,6 +20,7 @@ under ``CI=true`` (``get_settings().ci``), where they fail: CI must never silent
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,11 @@ from typing import Any
 import pytest
 
 from normfree.settings import get_settings
+
+# Tests compare fidelity lines with reports: a board waits for its current line (api.lines),
+# in this process and in every server a test starts (they inherit the environment).
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_WAIT_S", "120")
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_REWAIT_S", "120")
 
 
 def _server_unavailable(url: str) -> str | None:

@@ -9,6 +9,15 @@ from pydantic import Field
 
 from normfree.api.schemas._base import NAME_PATTERN, _In, _Out
 
+__all__ = [
+    "CandidateCreate",
+    "CandidateList",
+    "CandidatePublic",
+    "CandidateSubmitted",
+    "PlotData",
+    "PrescreenPublic",
+]
+
 
 class CandidateCreate(_In):
     """A user formula f(u) to add to the search space."""

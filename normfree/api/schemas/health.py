@@ -6,6 +6,8 @@ from typing import Literal
 
 from normfree.api.schemas._base import _Out
 
+__all__ = ["Health", "Version"]
+
 
 class Health(_Out):
     status: Literal["ok", "degraded"]

@@ -8,6 +8,15 @@ from pydantic import Field
 
 from normfree.api.schemas._base import _Out
 
+__all__ = [
+    "ArmFailure",
+    "BoardCaveats",
+    "FidelitySummary",
+    "LeaderboardPublic",
+    "LeaderboardRow",
+    "ReliabilityPublic",
+]
+
 
 class ArmFailure(_Out):
     """Why an arm's seeds failed: its most common reason (``storage.failures``)."""

@@ -10,6 +10,14 @@ from pydantic import Field
 from normfree.api.schemas._base import _Out
 from normfree.api.schemas.leaderboards import ReliabilityPublic
 
+__all__ = [
+    "FidelityReport",
+    "ReferenceSetDeleted",
+    "ReferenceSetDetail",
+    "ReferenceSetList",
+    "ReferenceSetPublic",
+]
+
 
 class ReferenceSetDeleted(_Out):
     """The answer to deleting a reference set: its rows went with it (with ``dry_run``, would

@@ -8,6 +8,8 @@ from pydantic import Field
 
 from normfree.api.schemas._base import _In, _Out
 
+__all__ = ["ScreenCreate", "ScreenOne", "ScreenPublic"]
+
 
 class ScreenCreate(_In):
     """Place a function among the paper's 16 search candidates (``normfree screen``)."""

@@ -10,8 +10,24 @@ from pydantic import Field, field_validator
 
 from normfree.api.schemas._base import _In, _Out
 from normfree.api.schemas.leaderboards import ArmFailure, ReliabilityPublic
+from normfree.api.schemas.trials import TrialSummary
 from normfree.specs import StudyKindName
 from normfree.workers.kinds import KINDS
+
+__all__ = [
+    "ArchiveState",
+    "ArmList",
+    "BestArm",
+    "Removal",
+    "StudyCell",
+    "StudyCreate",
+    "StudyDeleted",
+    "StudyDetail",
+    "StudyList",
+    "StudyPatch",
+    "StudyProgress",
+    "StudyPublic",
+]
 
 
 class StudyCreate(_In):
@@ -251,33 +267,6 @@ class ArmList(_Out):
     study_id: int
     count: int
     items: list[StudyCell]
-
-
-class TrialSummary(_Out):
-    id: int
-    candidate: str
-    seed: int
-    status: str
-    attempt: int = 0
-    axis_values: dict[str, Any] | None = Field(default_factory=dict)
-    objective_value: float | None = None
-    reused_from: int | None = Field(
-        default=None,
-        description="The trial (of an earlier study) whose result this one carries: the same "
-        "trial key under the same trainer code, so it was not trained again.",
-    )
-    unreadable: list[str] = Field(
-        default_factory=list,
-        description="Stored fields that could not be read (corrupt rows): shown as null.",
-    )
-
-
-class TrialPage(_Out):
-    """One page of a study's trials, in id order; pass ``next_cursor`` back for the next."""
-
-    count: int
-    items: list[TrialSummary]
-    next_cursor: str | None = None
 
 
 class StudyDetail(StudyPublic):

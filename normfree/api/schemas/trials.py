@@ -1,4 +1,5 @@
-"""Trial models: one trial with its learning curve and per-layer diagnostics."""
+"""Trial models: a study's page of trial summaries, and one trial with its learning curve and
+per-layer diagnostics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,35 @@ from typing import Any
 from pydantic import Field
 
 from normfree.api.schemas._base import _Out
+
+__all__ = ["CurvePoint", "LayerDiagnosticPublic", "TrialPage", "TrialPublic", "TrialSummary"]
+
+
+class TrialSummary(_Out):
+    id: int
+    candidate: str
+    seed: int
+    status: str
+    attempt: int = 0
+    axis_values: dict[str, Any] | None = Field(default_factory=dict)
+    objective_value: float | None = None
+    reused_from: int | None = Field(
+        default=None,
+        description="The trial (of an earlier study) whose result this one carries: the same "
+        "trial key under the same trainer code, so it was not trained again.",
+    )
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="Stored fields that could not be read (corrupt rows): shown as null.",
+    )
+
+
+class TrialPage(_Out):
+    """One page of a study's trials, in id order; pass ``next_cursor`` back for the next."""
+
+    count: int
+    items: list[TrialSummary]
+    next_cursor: str | None = None
 
 
 class CurvePoint(_Out):

@@ -12,11 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from normfree.api.inputs import MAX_JSON_DEPTH, body_problem, db_int, json_problem
 from tests.api import bodies
-from tests.api.conftest import Api
+from tests.api.conftest import Api, internal_error
 
 STUDY = bodies.study()
 REFERENCE = bodies.reference()
@@ -179,18 +178,7 @@ def test_db_int_bounds_text() -> None:
 
 
 def test_a_500_carries_the_security_headers(api: Api) -> None:
-    from normfree.api import services
-
-    mp = pytest.MonkeyPatch()
-
-    def broken(*_a: Any, **_k: Any) -> Any:
-        raise RuntimeError("boom")
-
-    mp.setattr(services, "list_studies", broken)
-    try:
-        r = TestClient(api.app, raise_server_exceptions=False).get("/api/studies")
-    finally:
-        mp.undo()
+    r = internal_error(api, "boom")
     assert r.status_code == 500
     assert r.headers["X-Content-Type-Options"] == "nosniff"
     assert r.headers["X-Frame-Options"] == "DENY"

@@ -89,6 +89,14 @@ class Settings(BaseSettings):
     # Replay cached anonymous reads before routing while the database is unchanged
     # (api.fastlane). Off: every read goes through its route (to compare, or to rule it out).
     fast_lane: bool = True
+    # How long a board's (or study page's) build waits for its fidelity line of the current
+    # version before it shows the latest one computed (api.lines): the line is a report over
+    # every finished trial, computed once per version on a background thread, and a board
+    # must not wait for it under a writer (issue 27). The test suite waits long (exact lines).
+    fidelity_line_wait_s: float = Field(default=0.25, ge=0, le=600)
+    # The same wait when an older line is done (a write moved the board): none by default, the
+    # older line is shown and the board is built again when the new one is done.
+    fidelity_line_rewait_s: float = Field(default=0.0, ge=0, le=600)
     # A study's estimated cost (trials x epochs x the preset's per-epoch seconds, scaled by model
     # size overrides) must stay under this many trial-seconds, or creation answers 422.
     max_study_trial_seconds: float = Field(default=250_000.0, gt=0)

@@ -19,8 +19,8 @@ under ``CI=true`` (``get_settings().ci``), where they fail: CI must never silent
 
 from __future__ import annotations
 
+import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,11 @@ from typing import Any
 import pytest
 
 from normfree.settings import get_settings
+
+# Tests compare fidelity lines with reports: a board waits for its current line (api.lines),
+# in this process and in every server a test starts (they inherit the environment).
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_WAIT_S", "120")
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_REWAIT_S", "120")
 
 
 def _server_unavailable(url: str) -> str | None:
@@ -68,21 +73,10 @@ def sqlite_database_url(tmp_path: Path) -> str:
 @pytest.fixture
 def postgres_database_url(postgres_server_url: str) -> Iterator[str]:
     """A fresh, uniquely named PostgreSQL database, dropped after the test."""
-    from sqlalchemy.engine import make_url
+    from normfree.testing.databases import scratch_postgres
 
-    from normfree.storage import drop_database, ensure_database, normalize_url
-
-    name = f"normfree_test_{os.getpid()}_{uuid.uuid4().hex[:10]}"
-    url = (
-        make_url(normalize_url(postgres_server_url))
-        .set(database=name)
-        .render_as_string(hide_password=False)
-    )
-    ensure_database(url)
-    try:
+    with scratch_postgres(postgres_server_url) as url:
         yield url
-    finally:
-        drop_database(url)
 
 
 @pytest.fixture(
@@ -107,28 +101,21 @@ def _migrated_database(
     Creating and migrating a PostgreSQL database costs about a second per test; emptying the
     tables costs milliseconds, and the tests stay as isolated (ids restart too).
     """
-    from sqlalchemy.engine import make_url
+    from normfree.storage import Database
+    from normfree.testing.databases import scratch_postgres
 
-    from normfree.storage import Database, drop_database, ensure_database, normalize_url
-
-    pg_url = None
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('shared-db') / 'normfree.db'}"
-    else:
-        server = request.getfixturevalue("postgres_server_url")
-        name = f"normfree_test_{os.getpid()}_{uuid.uuid4().hex[:10]}"
-        url = pg_url = (
-            make_url(normalize_url(server)).set(database=name).render_as_string(hide_password=False)
-        )
-        ensure_database(url)
-    database = Database(url)
-    try:
-        database.migrate()
-        yield database
-    finally:
-        database.dispose()
-        if pg_url is not None:
-            drop_database(pg_url)
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('shared-db') / 'normfree.db'}"
+        else:
+            server = request.getfixturevalue("postgres_server_url")
+            url = stack.enter_context(scratch_postgres(server))
+        database = Database(url)
+        try:
+            database.migrate()
+            yield database
+        finally:
+            database.dispose()
 
 
 def _empty_tables(database: Any) -> None:

@@ -179,13 +179,14 @@ def create_app(
     )
     # Outside even the security headers: it replays answers as they were finally sent.
     from normfree.api import prescreens
+    from normfree.api.lines import LINES
 
     lane = fastlane.generation_for(state.db.url) if settings.fast_lane else None
     app.add_middleware(
         fastlane.FastLane,
         generation=lane,
         # what answers show beside the database: analyses done, this process's prescreens
-        local=lambda: (services.ENRICHER.epoch, prescreens.epoch()),
+        local=lambda: (services.ENRICHER.epoch, prescreens.epoch(), LINES.epoch),
         enabled=lambda: settings.public_reads,
         direct=[(re.compile("/api" + trials.DIRECT_PATH.pattern), _secured(trials.direct))]
         if settings.fast_lane

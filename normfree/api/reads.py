@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
+from normfree.api import lines, services
 from normfree.api import schemas as S
-from normfree.api import services
 from normfree.api.errors import not_found
 from normfree.storage import reads
 
@@ -83,7 +83,13 @@ def leaderboard_key(
     with state.db.read() as conn:
         versions = _versions(conn, f"proxy:{proxy}", "candidates")
     # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
-    epoch = services.ENRICHER.epoch
+    # and its fidelity line done so far (api.lines)
+    line = (
+        lines.study_target(state, study_id)
+        if study_id is not None
+        else lines.proxy_target(state, proxy)
+    )
+    epoch = (services.ENRICHER.epoch, lines.LINES.stamp(line))
     params = (proxy, group or None, tuple(properties or ()), study_id) + (
         ("archived",) if archived else ()
     )
@@ -159,6 +165,16 @@ def candidates(
     )
 
 
+def candidate_groups(state: services.ServiceState) -> list[str]:
+    """The groups a board can be filtered by: the catalog's (from its table, no candidate
+    built: building the catalog is seconds of sympy, which the first board page after a start
+    waited for) and the stored candidates'."""
+    from normfree.search_space import catalog
+
+    stored = {r.get("group") for r in state.repo.list_candidates()}
+    return sorted({e.group for e in catalog.ENTRIES} | {str(g) for g in stored if g})
+
+
 def trial_read(state: services.ServiceState, trial_id: int) -> tuple[Key, dict[str, Any]]:
     """A trial and its key (its status and ``updated_at``: every write to it moves the pair,
     and both come with the trial's own row, so key and body always agree)."""
@@ -207,7 +223,8 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
     if stamp is None:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
-    return (("study", study_id), (stamp, active, versions))
+    line = lines.LINES.stamp(lines.study_target(state, study_id))
+    return (("study", study_id), (stamp, active, versions, line))
 
 
 def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from normfree.kernels._cache import _slug, create_once
 from normfree.kernels._options import KernelOptions
+from normfree.kernels._torch_ops import NormParams
 from normfree.private import private_file
 
 # Below this many elements a call runs on the calling thread: the pool hand-off (~20-50 us)
@@ -164,15 +165,9 @@ def _rows(t: Tensor) -> Tensor:
     return t.detach().to(torch.float32).reshape(-1, t.shape[-1]).contiguous()
 
 
-def forward(
-    lib: NativeKernels,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    beta: Tensor | None,
-) -> Tensor:
+def forward(lib: NativeKernels, x: Tensor, p: NormParams) -> Tensor:
     """y = gamma * f(alpha * x + s) + beta, in x's dtype and shape."""
+    alpha, s, gamma, beta = p
     d = x.shape[-1]
     x2 = _rows(x)
     m = x2.shape[0]
@@ -190,15 +185,10 @@ def forward(
 
 
 def backward(
-    lib: NativeKernels,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    s_per_channel: bool,
+    lib: NativeKernels, dy: Tensor, x: Tensor, p: NormParams
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
     """(dx, d_alpha, d_s, d_gamma, d_beta) in fp32 (dx in x's dtype)."""
+    alpha, s, gamma, _ = p
     d = x.shape[-1]
     x2, dy2 = _rows(x), _rows(dy)
     m = x2.shape[0]
@@ -223,7 +213,7 @@ def backward(
     sums = partials.sum(0)
     d_s = None
     if s is not None:
-        d_s = sums[0] if s_per_channel else sums[0].sum()
+        d_s = sums[0] if p.s_per_channel else sums[0].sum()
     d_gamma = sums[1] if gamma is not None else None
     d_alpha = p_alpha.sum().to(torch.float32)
     return dx.view(x.shape).to(x.dtype), d_alpha, d_s, d_gamma, sums[2]

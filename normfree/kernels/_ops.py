@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal, Protocol
@@ -32,6 +33,7 @@ from normfree.kernels import _native, _torch_ops
 from normfree.kernels._cache import cache_key, load_generated
 from normfree.kernels._codegen import c_source, torch_source, triton_source
 from normfree.kernels._options import KernelOptions, default_options
+from normfree.kernels._torch_ops import NormParams
 
 Backend = Literal["auto", "triton", "native", "torch", "compile"]
 BACKENDS = ("auto", "triton", "native", "torch", "compile")
@@ -79,19 +81,21 @@ class CompiledOperator:
     def _key(self, kind: str) -> str:
         return cache_key(kind, sympy.srepr(self.expr), sympy.srepr(self.derivative))
 
-    @functools.cached_property
-    def torch_module(self) -> ModuleType:
+    def _generated(self, kind: str, source: Callable[..., str]) -> ModuleType:
+        """The generated ``kind`` module: loaded from the cache, or written there by ``source``
+        (one of ``_codegen``'s printers) when this expression's key is missing."""
         return load_generated(
-            self.options.cache, "torch", self.name, self._key("torch"),
-            lambda: torch_source(self.expr, self.derivative, self.variable, self.canonical),
+            self.options.cache, kind, self.name, self._key(kind),
+            lambda: source(self.expr, self.derivative, self.variable, self.canonical),
         )  # fmt: skip
 
     @functools.cached_property
+    def torch_module(self) -> ModuleType:
+        return self._generated("torch", torch_source)
+
+    @functools.cached_property
     def triton_module(self) -> ModuleType:
-        return load_generated(
-            self.options.cache, "triton", self.name, self._key("triton"),
-            lambda: triton_source(self.expr, self.derivative, self.variable, self.canonical),
-        )  # fmt: skip
+        return self._generated("triton", triton_source)
 
     @functools.cached_property
     def native_kernels(self) -> _native.NativeKernels:
@@ -234,9 +238,9 @@ class PointwiseNormFunction(torch.autograd.Function):
         if backend == "triton":
             from normfree.kernels import _triton_ops  # imports triton: only when used (below)
 
-            y = _triton_ops.forward(op.triton_module, x, alpha, s, gamma, beta)
+            y = _triton_ops.forward(op.triton_module, x, NormParams(alpha, s, gamma, beta))
         elif backend == "native" and _native_usable(op, x):
-            y = _native.forward(op.native_kernels, x, alpha, s, gamma, beta)
+            y = _native.forward(op.native_kernels, x, NormParams(alpha, s, gamma, beta))
         elif backend == "compile" and _compile_error is None:
             try:
                 y = op.compiled("forward")(x, alpha, s, gamma, beta)
@@ -254,15 +258,17 @@ class PointwiseNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        x, alpha, s, gamma, beta = ctx.saved_tensors
+        x, *params = ctx.saved_tensors
+        p = NormParams(*params)
+        alpha, s, gamma, beta = p
         op: CompiledOperator = ctx.op
-        per_channel = s is not None and s.dim() == 1
+        per_channel = p.s_per_channel
         if ctx.backend == "triton":
             from normfree.kernels import _triton_ops
 
-            grads = _triton_ops.backward(op.triton_module, dy, x, alpha, s, gamma)
+            grads = _triton_ops.backward(op.triton_module, dy, x, p)
         elif ctx.backend == "native" and not torch.is_grad_enabled():
-            grads = _native.backward(op.native_kernels, dy, x, alpha, s, gamma, per_channel)
+            grads = _native.backward(op.native_kernels, dy, x, p)
         elif ctx.backend == "compile":
             d = x.shape[-1]
             x2, dy2 = x.reshape(-1, d), dy.reshape(-1, d)
@@ -270,9 +276,7 @@ class PointwiseNormFunction(torch.autograd.Function):
             dx, *rest = _torch_ops.finish_fused(parts, dy2, s, per_channel)
             grads = (dx.view(x.shape), *rest)
         else:
-            grads = _torch_ops.backward_eager(
-                op.torch_module.f_and_df, dy, x, alpha, s, gamma, per_channel
-            )
+            grads = _torch_ops.backward_eager(op.torch_module.f_and_df, dy, x, p)
         dx, d_alpha, d_s, d_gamma, d_beta = grads
         need = ctx.needs_input_grad
         return (

@@ -14,12 +14,28 @@ is decided in :mod:`normfree.kernels._ops` from the benchmark (bench/bench_kerne
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 Fn = Callable[[Tensor], Tensor]
 FnDf = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+class NormParams(NamedTuple):
+    """The operator's parameters besides x, in y = gamma * f(alpha * x + s) + beta: alpha 0-d,
+    s 0-d, ``[D]`` or None, gamma and beta ``[D]`` or None (together). One record for every
+    backend's launcher, so what a backend receives, and how it reads s's shape, is said once."""
+
+    alpha: Tensor
+    s: Tensor | None
+    gamma: Tensor | None
+    beta: Tensor | None
+
+    @property
+    def s_per_channel(self) -> bool:
+        return self.s is not None and self.s.dim() == 1
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -51,18 +67,14 @@ def shifted(x: Tensor, alpha: Tensor, s: Tensor | None) -> Tensor:
 
 
 def backward_pointwise(
-    f_and_df: FnDf,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
+    f_and_df: FnDf, dy: Tensor, x: Tensor, p: NormParams
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The elementwise half of the backward: (dx, g = dL/du, h = dy * f(u) or None).
 
     f and f' are recomputed from x; the out-of-place reference form of the eager backward
     (used when the backward itself is differentiated, where in-place reuse is not allowed).
     """
+    alpha, s, gamma, _ = p
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
     fu, dfu = f_and_df(shifted(x, alpha, s))
@@ -85,23 +97,20 @@ def _owned(t: Tensor, *others: Tensor) -> bool:
 
 
 def backward_eager(
-    f_and_df: FnDf,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    s_per_channel: bool,
+    f_and_df: FnDf, dy: Tensor, x: Tensor, p: NormParams
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
     """The eager backward with as few full-size buffers and passes as ATen allows.
 
-    Same math as :func:`backward_math`, but the temporaries returned by the generated code are
+    Same math as :func:`backward_pointwise` then :func:`backward_reduce` (which it runs itself
+    when the backward is differentiated), but the temporaries returned by the generated code are
     reused in place (checked by :func:`_owned`) and dx is made from g after the reductions that
     need g, so a step allocates u, f, f' and nothing else of size M x D: fewer page faults and
     less traffic, which is most of an eager step on CPU (bench/bench_kernels_cpu.py).
     """
+    alpha, s, gamma, s_per_channel = p.alpha, p.s, p.gamma, p.s_per_channel
     if torch.is_grad_enabled():  # double backward: keep the graph-safe out-of-place version
-        return backward_math(f_and_df, dy, x, alpha, s, gamma, s_per_channel)
+        dx, g, h = backward_pointwise(f_and_df, dy, x, p)
+        return dx, *backward_reduce(dy, x, g, h, s, s_per_channel)
     ct = compute_dtype(x.dtype)
     a = alpha.to(ct)
     xc = x.to(ct)
@@ -141,7 +150,7 @@ def backward_fused(
     g and walks it again), which measured ~15% slower for the whole backward than this split
     (bench/bench_kernels_cpu.py; the blocked variant it replaces: dx and [M/64, D] partials).
     """
-    dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
+    dx, g, h = backward_pointwise(f_and_df, dy, x, NormParams(alpha, s, gamma, None))
     g_out = g if s is not None and s_per_channel else g.sum(-1)
     return dx, (g * x.to(g.dtype)).sum(-1), g_out, h
 
@@ -173,18 +182,3 @@ def backward_reduce(
         d_s = g.sum(dim=lead) if s_per_channel else g.sum()
     d_gamma = h.sum(dim=lead) if h is not None else None
     return d_alpha, d_s, d_gamma, dy.to(ct).sum(dim=lead)
-
-
-def backward_math(
-    f_and_df: FnDf,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    s_per_channel: bool,
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
-    """(dx, d_alpha, d_s, d_gamma, d_beta) in the compute dtype, out of place."""
-    dx, g, h = backward_pointwise(f_and_df, dy, x, alpha, s, gamma)
-    d_alpha, d_s, d_gamma, d_beta = backward_reduce(dy, x, g, h, s, s_per_channel)
-    return dx, d_alpha, d_s, d_gamma, d_beta

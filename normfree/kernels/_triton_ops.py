@@ -15,6 +15,8 @@ import torch
 import triton
 from torch import Tensor
 
+from normfree.kernels._torch_ops import NormParams
+
 TILE_ELEMENTS = 4096
 MAX_BLOCK_N = 1024
 
@@ -40,14 +42,8 @@ def _placeholder(x: Tensor) -> Tensor:
     return torch.empty(1, device=x.device, dtype=torch.float32)
 
 
-def forward(
-    module: ModuleType,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
-    beta: Tensor | None,
-) -> Tensor:
+def forward(module: ModuleType, x: Tensor, p: NormParams) -> Tensor:
+    alpha, s, gamma, beta = p
     rows = as_rows(x)
     m, d = rows.shape
     y = torch.empty((m, d), device=x.device, dtype=x.dtype)
@@ -60,7 +56,7 @@ def forward(
         rows, y, alpha, s if s is not None else dummy,
         gamma if gamma is not None else dummy, beta if beta is not None else dummy,
         m, d, rows.stride(0), y.stride(0),
-        HAS_S=s is not None, S_PER_CHANNEL=s is not None and s.dim() == 1,
+        HAS_S=s is not None, S_PER_CHANNEL=p.s_per_channel,
         HAS_AFFINE=gamma is not None, BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=4,
     )  # fmt: skip
@@ -77,14 +73,10 @@ def _row_groups(x: Tensor, m: int, block_m: int, col_blocks: int) -> int:
 
 
 def backward(
-    module: ModuleType,
-    dy: Tensor,
-    x: Tensor,
-    alpha: Tensor,
-    s: Tensor | None,
-    gamma: Tensor | None,
+    module: ModuleType, dy: Tensor, x: Tensor, p: NormParams
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor]:
     """(dx, d_alpha, d_s, d_gamma, d_beta); parameter grads in fp32, finished on the host."""
+    alpha, s, gamma, _ = p
     rows = as_rows(x)
     drows = as_rows(dy)
     m, d = rows.shape
@@ -102,7 +94,7 @@ def backward(
             gamma if gamma is not None else dummy,
             partial[0], partial[1], partial[2], partial[3],
             m, d, rows.stride(0), drows.stride(0), dx.stride(0), rows_per_program,
-            HAS_S=s is not None, S_PER_CHANNEL=s is not None and s.dim() == 1,
+            HAS_S=s is not None, S_PER_CHANNEL=p.s_per_channel,
             HAS_AFFINE=gamma is not None, BLOCK_M=block_m, BLOCK_N=block_n,
             num_warps=4,
         )  # fmt: skip
@@ -110,6 +102,6 @@ def backward(
     d_alpha = per_column[0].sum()
     d_s = None
     if s is not None:
-        d_s = per_column[1] if s.dim() == 1 else per_column[1].sum()
+        d_s = per_column[1] if p.s_per_channel else per_column[1].sum()
     d_gamma = per_column[2] if gamma is not None else None
     return dx.view(x.shape), d_alpha, d_s, d_gamma, per_column[3]

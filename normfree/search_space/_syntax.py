@@ -23,9 +23,11 @@ minus, as in Python, so ``-u**2`` is ``-(u**2)``)::
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import ClassVar, TypeVar
 
 from normfree.search_space.errors import ExpressionError
 from normfree.search_space.primitives import BY_NAME, PRIMITIVES
@@ -40,15 +42,69 @@ MIN_CONSTANT = 1e-12  # smallest magnitude of a non-zero constant (1e-320 is a t
 MAX_EXPONENT = 32  # magnitude of a constant exponent
 MAX_ARGS = 8  # arguments of min/max
 
+_Node = TypeVar("_Node")
+
 
 @dataclass(frozen=True)
 class Token:
-    kind: str  # "num", "name", "op", "end"
+    kind: str  # "num", "name", "op", "end"; constraints add "str"
     text: str
     pos: int
 
 
+class TokenCursor:
+    """A recursive-descent parser's place in a token list that ends with an "end" token.
+
+    The formula and the constraint languages read tokens, bound their nesting and refuse
+    trailing input the same way; each subclass names its error type (called with a message
+    and a character position) and the depth limit with the message that states it.
+    """
+
+    error: ClassVar[Callable[[str, int], ValueError]]
+    max_depth: ClassVar[int]
+    too_deep: ClassVar[str]  # the refusal, formatted with max_depth
+
+    def __init__(self, text: str, tokens: list[Token]) -> None:
+        self.text = text
+        self.tokens = tokens
+        self.i = 0
+        self.depth = 0
+
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def advance(self) -> Token:
+        t = self.tokens[self.i]
+        self.i += 1
+        return t
+
+    def is_op(self, text: str) -> bool:
+        return self.tok.kind == "op" and self.tok.text == text
+
+    def enter(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > self.max_depth:
+            raise self.error(self.too_deep.format(self.max_depth), pos)
+
+    def leave(self) -> None:
+        self.depth -= 1
+
+    def finish(self, node: _Node) -> _Node:
+        """``node``, the whole input's parse, once nothing follows it."""
+        if self.tok.kind != "end":
+            raise self.error(f"unexpected {self.tok.text!r}", self.tok.pos)
+        return node
+
+
 _OPS = ("**", "+", "-", "*", "/", "^", "(", ")", ",")
+# How a binary operator folds two constant operands.
+_FOLD: dict[str, Callable[[float, float], float]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+}
 
 
 def _digit(ch: str) -> bool:
@@ -181,27 +237,19 @@ class Tree:
         return Fraction(self.text)
 
 
-class _Parser:
+class _Parser(TokenCursor):
+    error = ExpressionError
+    max_depth = MAX_DEPTH
+    too_deep = "formula nested too deeply: more than {} levels"
+
     def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = tokenize(text)
-        self.i = 0
-        self.depth = 0
+        super().__init__(text, tokenize(text))
         self.nodes = 0
         self.switches = 0
 
     # -- bookkeeping --------------------------------------------------------------------------
-    @property
-    def tok(self) -> Token:
-        return self.tokens[self.i]
-
-    def advance(self) -> Token:
-        t = self.tokens[self.i]
-        self.i += 1
-        return t
-
     def expect(self, text: str) -> Token:
-        if self.tok.kind == "op" and self.tok.text == text:
+        if self.is_op(text):
             return self.advance()
         found = "end of input" if self.tok.kind == "end" else repr(self.tok.text)
         raise ExpressionError(f"expected {text!r}, found {found}", self.tok.pos)
@@ -210,14 +258,6 @@ class _Parser:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise ExpressionError(f"formula too large: more than {MAX_NODES} nodes", pos)
-
-    def enter(self, pos: int) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise ExpressionError(f"formula nested too deeply: more than {MAX_DEPTH} levels", pos)
-
-    def leave(self) -> None:
-        self.depth -= 1
 
     def constant(self, value: float | None, pos: int, what: str) -> float | None:
         """Bound a constant sub-expression's magnitude; None passes (not constant)."""
@@ -237,40 +277,30 @@ class _Parser:
 
     # -- grammar ------------------------------------------------------------------------------
     def parse(self) -> Tree:
-        node = self.expr()
-        if self.tok.kind != "end":
-            raise ExpressionError(f"unexpected {self.tok.text!r}", self.tok.pos)
-        return node
+        return self.finish(self.expr())
 
     def expr(self) -> Tree:
         self.enter(self.tok.pos)
-        left = self.term()
-        while self.tok.kind == "op" and self.tok.text in "+-":
-            op = self.advance()
-            self.count(op.pos)
-            right = self.term()
-            value = None
-            if left.value is not None and right.value is not None:
-                value = left.value + right.value if op.text == "+" else left.value - right.value
-            self.constant(value, op.pos, "constant")
-            left = Tree(op.text, op.pos, (left, right), value=value)
+        left = self.chain("+-", self.term)
         self.leave()
         return left
 
     def term(self) -> Tree:
-        left = self.unary()
-        while self.tok.kind == "op" and self.tok.text in "*/":
+        return self.chain("*/", self.unary)
+
+    def chain(self, ops: str, operand: Callable[[], Tree]) -> Tree:
+        """operand (op operand)* for the left-associative operators ``ops``, folding constant
+        pairs as it goes (so every constant sub-expression is bounded where it is written)."""
+        left = operand()
+        while self.tok.kind == "op" and self.tok.text in ops:
             op = self.advance()
             self.count(op.pos)
-            right = self.unary()
+            right = operand()
+            if op.text == "/" and right.value == 0:
+                raise ExpressionError("division by zero", op.pos)
             value = None
-            if op.text == "/":
-                if right.value == 0:
-                    raise ExpressionError("division by zero", op.pos)
-                if left.value is not None and right.value is not None:
-                    value = left.value / right.value
-            elif left.value is not None and right.value is not None:
-                value = left.value * right.value
+            if left.value is not None and right.value is not None:
+                value = _FOLD[op.text](left.value, right.value)
             self.constant(value, op.pos, "constant")
             left = Tree(op.text, op.pos, (left, right), value=value)
         return left

@@ -10,9 +10,11 @@ It lives in the search space because it reads nothing but Properties.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
+from normfree.search_space._syntax import Token, TokenCursor
 from normfree.search_space.properties import Properties
 
 
@@ -67,15 +69,8 @@ def _squash(word: str) -> str:
     return word.lower().replace("-", "").replace("_", "").replace(" ", "")
 
 
-@dataclass(frozen=True)
-class _Tok:
-    kind: str  # name, num, str, op, end
-    text: str
-    pos: int
-
-
-def _tokenize_constraint(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
+def _tokenize_constraint(text: str) -> list[Token]:
+    toks: list[Token] = []
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -85,7 +80,7 @@ def _tokenize_constraint(text: str) -> list[_Tok]:
             j = i
             while j < n and text[j].isascii() and (text[j].isalnum() or text[j] == "_"):
                 j += 1
-            toks.append(_Tok("name", text[i:j].lower(), i))
+            toks.append(Token("name", text[i:j].lower(), i))
             i = j
         elif ch.isascii() and (ch.isdigit() or ch in ".-+"):
             j = i + 1
@@ -99,7 +94,7 @@ def _tokenize_constraint(text: str) -> list[_Tok]:
                 raise ConstraintError(f"malformed number {text[i:j]!r}", i) from None
             if not math.isfinite(value):
                 raise ConstraintError("numbers must be finite", i)
-            toks.append(_Tok("num", text[i:j], i))
+            toks.append(Token("num", text[i:j], i))
             i = j
         elif ch in "'\"":
             j = text.find(ch, i + 1)
@@ -108,12 +103,12 @@ def _tokenize_constraint(text: str) -> list[_Tok]:
             word = text[i + 1 : j]
             if not _squash(word).isalnum() or len(word) > 40:
                 raise ConstraintError("a quoted value holds letters, digits, '-', '_', ' '", i)
-            toks.append(_Tok("str", word.lower(), i))
+            toks.append(Token("str", word.lower(), i))
             i = j + 1
         else:
             for op in (*_COMPARE, "(", ")", ","):
                 if text.startswith(op, i):
-                    toks.append(_Tok("op", op, i))
+                    toks.append(Token("op", op, i))
                     i += len(op)
                     break
             else:
@@ -122,7 +117,7 @@ def _tokenize_constraint(text: str) -> list[_Tok]:
             raise ConstraintError(
                 f"constraint too long: more than {MAX_CONSTRAINT_TOKENS} tokens", i
             )
-    toks.append(_Tok("end", "", n))
+    toks.append(Token("end", "", n))
     return toks
 
 
@@ -156,101 +151,78 @@ class _Not:
 
 
 @dataclass(frozen=True)
-class _All:
+class _Join:
+    """Two or more items joined by ``word``: "and" holds when all hold, "or" when any does."""
+
+    word: str
     items: tuple[Any, ...]
 
     def __call__(self, props: Properties) -> bool:
-        return all(i(props) for i in self.items)
+        test = all if self.word == "and" else any
+        return test(i(props) for i in self.items)
 
 
-@dataclass(frozen=True)
-class _Any:
-    items: tuple[Any, ...]
-
-    def __call__(self, props: Properties) -> bool:
-        return any(i(props) for i in self.items)
-
-
-class _ConstraintParser:
+class _ConstraintParser(TokenCursor):
     """Recursive descent: or := and ("or" and)*; and := not ("and" not)*; not := "not" not | atom;
     atom := "(" or ")" | FIELD OP VALUE | FIELD "in" "(" VALUE ("," VALUE)* ")" | FLAG."""
 
+    error = ConstraintError
+    max_depth = MAX_CONSTRAINT_DEPTH
+    too_deep = "constraint nested more than {} deep"
+
     def __init__(self, text: str) -> None:
-        self.text = text
-        self.toks = _tokenize_constraint(text)
-        self.i = 0
-        self.depth = 0
-
-    @property
-    def tok(self) -> _Tok:
-        return self.toks[self.i]
-
-    def take(self) -> _Tok:
-        t = self.toks[self.i]
-        self.i += 1
-        return t
-
-    def is_op(self, text: str) -> bool:
-        return self.tok.kind == "op" and self.tok.text == text
+        super().__init__(text, _tokenize_constraint(text))
 
     def is_word(self, text: str) -> bool:
         return self.tok.kind == "name" and self.tok.text == text
 
     def parse(self) -> Any:
-        node = self.or_()
-        if self.tok.kind != "end":
-            raise ConstraintError(f"unexpected {self.tok.text!r}", self.tok.pos)
-        return node
+        return self.finish(self.or_())
+
+    def join(self, word: str, operand: Callable[[], Any]) -> Any:
+        """operand (``word`` operand)*: the one operand alone, or their :class:`_Join`."""
+        items = [operand()]
+        while self.is_word(word):
+            self.advance()
+            items.append(operand())
+        return items[0] if len(items) == 1 else _Join(word, tuple(items))
 
     def or_(self) -> Any:
-        items = [self.and_()]
-        while self.is_word("or"):
-            self.take()
-            items.append(self.and_())
-        return items[0] if len(items) == 1 else _Any(tuple(items))
+        return self.join("or", self.and_)
 
     def and_(self) -> Any:
-        items = [self.not_()]
-        while self.is_word("and"):
-            self.take()
-            items.append(self.not_())
-        return items[0] if len(items) == 1 else _All(tuple(items))
+        return self.join("and", self.not_)
 
     def not_(self) -> Any:
         if self.is_word("not"):
-            t = self.take()
+            t = self.advance()
             self.enter(t.pos)
             inner = self.not_()
-            self.depth -= 1
+            self.leave()
             return _Not(inner)
         return self.atom()
-
-    def enter(self, pos: int) -> None:
-        self.depth += 1
-        if self.depth > MAX_CONSTRAINT_DEPTH:
-            raise ConstraintError(f"constraint nested more than {MAX_CONSTRAINT_DEPTH} deep", pos)
 
     def atom(self) -> Any:
         t = self.tok
         if self.is_op("("):
-            self.take()
+            self.advance()
             self.enter(t.pos)
             inner = self.or_()
-            self.depth -= 1
+            self.leave()
             if not self.is_op(")"):
                 raise ConstraintError("expected ')'", self.tok.pos)
-            self.take()
+            self.advance()
             return inner
         if t.kind != "name" or t.text in _KEYWORDS:
             found = "end of constraint" if t.kind == "end" else repr(t.text)
             raise ConstraintError(f"expected a property, found {found}", t.pos)
-        self.take()
+        self.advance()
         name = t.text
         if self.tok.kind == "op" and self.tok.text in _COMPARE:
-            op = self.take().text
+            op = self.advance().text
             return self.compare(name, op, t)
         if self.is_word("in"):
-            self.take()
+            self.advance()
             return self.member(name, t)
         if name in _ALIASES:
             fld, op, value = _ALIASES[name]
@@ -264,13 +236,13 @@ class _ConstraintParser:
         fields = sorted([*_BOOL_FIELDS, *_NUM_FIELDS, *_STR_FIELDS, *_ALIASES])
         return f"unknown property {name!r}; use one of {', '.join(fields)}"
 
-    def value(self) -> _Tok:
-        t = self.take()
+    def value(self) -> Token:
+        t = self.advance()
         if t.kind not in ("num", "str", "name") or t.text in ("and", "or", "not", "in"):
             raise ConstraintError("expected a value", t.pos)
         return t
 
-    def typed(self, name: str, t: _Tok) -> Any:
+    def typed(self, name: str, t: Token) -> Any:
         if name in _BOOL_FIELDS:
             if t.text not in ("true", "false"):
                 raise ConstraintError(f"{name} is true or false", t.pos)
@@ -284,7 +256,7 @@ class _ConstraintParser:
             raise ConstraintError(f"{name} is one of {', '.join(allowed.values())}", t.pos)
         return allowed[_squash(t.text)]
 
-    def compare(self, name: str, op: str, t: _Tok) -> _Cmp:
+    def compare(self, name: str, op: str, t: Token) -> _Cmp:
         if name not in (*_BOOL_FIELDS, *_NUM_FIELDS, *_STR_FIELDS):
             raise ConstraintError(self.unknown(name), t.pos)
         if op not in ("==", "!=") and name not in _NUM_FIELDS:
@@ -292,19 +264,19 @@ class _ConstraintParser:
         v = self.value()
         return _Cmp(name, op, self.typed(name, v), self.text[t.pos : v.pos + len(v.text)])
 
-    def member(self, name: str, t: _Tok) -> _Cmp:
+    def member(self, name: str, t: Token) -> _Cmp:
         if name not in _STR_FIELDS:
             raise ConstraintError(f"'in' applies to {', '.join(_STR_FIELDS)}", t.pos)
         if not self.is_op("("):
             raise ConstraintError("expected '(' after 'in'", self.tok.pos)
-        self.take()
+        self.advance()
         values = [self.typed(name, self.value())]
         while self.is_op(","):
-            self.take()
+            self.advance()
             values.append(self.typed(name, self.value()))
         if not self.is_op(")"):
             raise ConstraintError("expected ')'", self.tok.pos)
-        end = self.take()
+        end = self.advance()
         return _Cmp(name, "in", tuple(values), self.text[t.pos : end.pos + 1])
 
 

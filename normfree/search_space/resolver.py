@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -89,29 +89,28 @@ class _Reader:
         self.text = text
         self.tokens: list[Token] = tokenize(text)
 
+    def _depths(self, lo: int, hi: int) -> Iterator[tuple[int, Token, int]]:
+        """Each token of [lo, hi) with the bracket depth after it, counted from ``lo``: a "("
+        is inside its own group, a ")" already outside it."""
+        depth = 0
+        for i in range(lo, hi):
+            t = self.tokens[i]
+            if t.kind == "op" and t.text in ("(", ")"):
+                depth += 1 if t.text == "(" else -1
+            yield i, t, depth
+
     def _close(self, open_at: int, hi: int) -> int:
         """Index of the ")" matching the "(" at ``open_at`` (``hi`` when unbalanced)."""
-        depth = 0
-        for i in range(open_at, hi):
-            t = self.tokens[i]
-            if t.kind == "op" and t.text == "(":
-                depth += 1
-            elif t.kind == "op" and t.text == ")":
-                depth -= 1
-                if depth == 0:
-                    return i
+        for i, t, depth in self._depths(open_at, hi):
+            if depth == 0 and t.text == ")" and t.kind == "op":
+                return i
         return hi
 
     def _args(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Top-level comma-separated slices of [lo, hi)."""
-        out, depth, start = [], 0, lo
-        for i in range(lo, hi):
-            t = self.tokens[i]
-            if t.kind == "op" and t.text == "(":
-                depth += 1
-            elif t.kind == "op" and t.text == ")":
-                depth -= 1
-            elif t.kind == "op" and t.text == "," and depth == 0:
+        out, start = [], lo
+        for i, t, depth in self._depths(lo, hi):
+            if depth == 0 and t.kind == "op" and t.text == ",":
                 out.append((start, i))
                 start = i + 1
         out.append((start, hi))

@@ -260,6 +260,19 @@ class TrialRepository(RepositoryBase):
             TrialRow.attempt == attempt,
         )
 
+    def _set_held(
+        self, s: Any, trial_id: int, owner: str, attempt: int, *also: Any, **values: Any
+    ) -> bool:
+        """In session ``s``, set ``values`` on the trial only while this lease (and the extra
+        conditions ``also``) holds it: every write of a lease holder is fenced the same way, so
+        a worker that lost its lease cannot overwrite the retry's row. ``updated_at`` defaults
+        to now. True when the row was written."""
+        values.setdefault("updated_at", utcnow())
+        res = s.execute(
+            update(TrialRow).where(self._held(trial_id, owner, attempt), *also).values(**values)
+        )
+        return res.rowcount == 1
+
     def renew_lease(self, trial_id: int, owner: str, attempt: int, lease_seconds: float) -> bool:
         """Extend a live lease; False when it was lost (expired, requeued, finished): stop work.
 
@@ -268,12 +281,15 @@ class TrialRepository(RepositoryBase):
         """
         now = utcnow()
         with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt), TrialRow.lease_expires_at > now)
-                .values(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+            return self._set_held(
+                s,
+                trial_id,
+                owner,
+                attempt,
+                TrialRow.lease_expires_at > now,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                updated_at=now,
             )
-            return res.rowcount == 1
 
     def requeue_expired(
         self, now: datetime | None = None, max_attempts: int | None = None
@@ -333,19 +349,12 @@ class TrialRepository(RepositoryBase):
         """
         now = utcnow()
         with self.db.session() as s:
-            held = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(
-                    updated_at=now,
-                    **(
-                        {"lease_expires_at": now + timedelta(seconds=lease_seconds)}
-                        if lease_seconds is not None
-                        else {}
-                    ),
-                )
-            ).rowcount
-            if held != 1:
+            renew = (
+                {}
+                if lease_seconds is None
+                else {"lease_expires_at": now + timedelta(seconds=lease_seconds)}
+            )
+            if not self._set_held(s, trial_id, owner, attempt, updated_at=now, **renew):
                 return False
             values = _epoch_values(trial_id, record)
             stmt = self._insert(TrialMetricRow).values(**values)
@@ -364,30 +373,30 @@ class TrialRepository(RepositoryBase):
         """
         now = utcnow()
         with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(
-                    status=TRIAL_RESULT_STATUS[result.status],
-                    objective=result.objective,
-                    direction=result.direction,
-                    objective_value=result.value if result.status == "complete" else None,
-                    metrics=_jsonable(result.metrics),
-                    eval_train_loss=result.eval_train_loss,
-                    diverged_at_step=result.diverged_at_step,
-                    spike_step=result.spike_step,
-                    failure=result.failure[:300] if result.failure else None,
-                    train_time_s=result.train_time_s,
-                    total_time_s=result.total_time_s,
-                    code_version=result.code_version,
-                    worker=result.worker or owner,
-                    error=result.error,
-                    lease_expires_at=None,
-                    finished_at=now,
-                    updated_at=now,
-                )
+            held = self._set_held(
+                s,
+                trial_id,
+                owner,
+                attempt,
+                status=TRIAL_RESULT_STATUS[result.status],
+                objective=result.objective,
+                direction=result.direction,
+                objective_value=result.value if result.status == "complete" else None,
+                metrics=_jsonable(result.metrics),
+                eval_train_loss=result.eval_train_loss,
+                diverged_at_step=result.diverged_at_step,
+                spike_step=result.spike_step,
+                failure=result.failure[:300] if result.failure else None,
+                train_time_s=result.train_time_s,
+                total_time_s=result.total_time_s,
+                code_version=result.code_version,
+                worker=result.worker or owner,
+                error=result.error,
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
             )
-            if res.rowcount != 1:
+            if not held:
                 return False
             if result.curves:
                 s.execute(
@@ -437,12 +446,10 @@ class TrialRepository(RepositoryBase):
                 values.update(status="WAITING", lease_owner=None)
             else:
                 values.update(status="FAILED", finished_at=now)
-            res = s.execute(
-                update(TrialRow).where(self._held(trial_id, owner, attempt)).values(**values)
-            )
-            if res.rowcount == 1 and not again:
+            held = self._set_held(s, trial_id, owner, attempt, **values)
+            if held and not again:
                 aggregates.record_finished(s, [trial_id])
-            return res.rowcount == 1
+            return held
 
     def release_lease(
         self, trial_id: int, owner: str, attempt: int, reason: str | None = None
@@ -485,12 +492,7 @@ class TrialRepository(RepositoryBase):
     def _update_held(self, trial_id: int, owner: str, attempt: int, **values: Any) -> bool:
         """Set ``values`` (and ``updated_at``) on the trial if this lease still holds it."""
         with self.db.session() as s:
-            res = s.execute(
-                update(TrialRow)
-                .where(self._held(trial_id, owner, attempt))
-                .values(**values, updated_at=utcnow())
-            )
-            return res.rowcount == 1
+            return self._set_held(s, trial_id, owner, attempt, **values)
 
     def cancel_waiting(self, study_id: int) -> int:
         """Mark the study's WAITING trials CANCELLED (they never ran); returns how many."""

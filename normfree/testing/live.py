@@ -23,6 +23,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_healthy(
+    base: str, proc: subprocess.Popen[str], timeout: float, poll_s: float = 0.2
+) -> bool:
+    """True once ``{base}api/health`` answers 200; False if ``proc`` (the server) exits or
+    ``timeout`` seconds pass first, so a server that died is reported at once, not at timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(base + "api/health", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def cli_env(database_url: str, **extra: str) -> dict[str, str]:
     """The environment of a child ``normfree`` process over ``database_url``."""
     env = {**os.environ, "NORMFREE_DATABASE_URL": database_url, **extra}
@@ -115,16 +132,8 @@ def live_server_process(
         # Keep draining the server's output so a full pipe can never block it.
         log: list[str] = []
         threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(url + "api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not come up: {first}{''.join(log)[-3000:]}")
-            time.sleep(0.2)
+        if not wait_healthy(url, proc, timeout):
+            raise RuntimeError(f"server did not come up: {first}{''.join(log)[-3000:]}")
         yield url, proc
     finally:
         proc.terminate()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from normfree.settings import Settings
 from normfree.specs import StudySpec, TrialResult
-from normfree.testing.seeding import synthetic_curves
+from normfree.testing.seeding import synthetic_complete, synthetic_curves
 
 __all__ = ["PRUNED_AT", "SEARCH_SPEC", "SeededSearch", "seed_search_study"]
 
@@ -41,25 +41,14 @@ class SeededSearch:
 
 
 def _result(function: str) -> TrialResult:
-    curves = synthetic_curves(ACCURACY[function])
     if function in PRUNED_AT:
         return TrialResult(
             status="pruned",
             objective="val_acc",
-            curves=curves[: PRUNED_AT[function] + 1],
+            curves=synthetic_curves(ACCURACY[function])[: PRUNED_AT[function] + 1],
             worker="synthetic-seed",
         )
-    acc = ACCURACY[function]
-    return TrialResult(
-        status="complete",
-        metrics={"val_acc": acc, "val_loss": 1.5 - acc},
-        objective="val_acc",
-        direction="maximize",
-        curves=curves,
-        train_time_s=1.0,
-        total_time_s=1.2,
-        worker="synthetic-seed",
-    )
+    return synthetic_complete(ACCURACY[function])
 
 
 def seed_search_study(settings: Settings) -> SeededSearch:

@@ -15,22 +15,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from normfree.settings import Settings
 from normfree.specs import EpochRecord, LayerDiagnostic, StudySpec, TrialResult
 
 LAYERS = ("blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2", "norm_final")
-SPEC = StudySpec(
-    kind="property",
-    name="seeded shift_h study",
-    proxy="vit-tiny",
-    seeds=2,
-    functions=["erf", "tanh"],
-    transform="shift_h",
-    values=[-1.0, 0.0, 1.0],
-    baselines=["layernorm"],
-    epochs=1,
-)
+
+
+def property_spec(**overrides: Any) -> StudySpec:
+    """A small shift_h property study on the tiny ViT (2 functions x 3 values x 2 seeds plus
+    LayerNorm, one epoch): the seeded study, and the base a test overrides with only the fields
+    its point depends on."""
+    fields: dict[str, Any] = {
+        "kind": "property",
+        "proxy": "vit-tiny",
+        "seeds": 2,
+        "functions": ["erf", "tanh"],
+        "transform": "shift_h",
+        "values": [-1.0, 0.0, 1.0],
+        "baselines": ["layernorm"],
+        "epochs": 1,
+    }
+    return StudySpec(**(fields | overrides))
+
+
+SPEC = property_spec(name="seeded shift_h study")
 # (function, transform value, seed) that diverges: the study page must mark it.
 DIVERGED_CELL = ("tanh", 1.0, 1)
 
@@ -64,7 +74,6 @@ def synthetic_result(function: str, value: float | None, seed: int, diverged: bo
     base = {"erf": 0.80, "tanh": 0.78, "layernorm": 0.85}.get(function, 0.7)
     v = 0.0 if value is None else value
     acc = base - 0.06 * abs(v) - 0.02 * v + 0.01 * (seed - 0.5)
-    curves = synthetic_curves(acc)
     diagnostics = [
         LayerDiagnostic(
             epoch=e,
@@ -84,23 +93,28 @@ def synthetic_result(function: str, value: float | None, seed: int, diverged: bo
             status="diverged",
             metrics={},
             objective="val_acc",
-            curves=curves[:1],
+            curves=synthetic_curves(acc)[:1],
             diagnostics=diagnostics[: len(LAYERS)],
             diverged_at_step=7,
             spike_step=6,
             worker="synthetic-seed",
         )
+    return synthetic_complete(acc, diagnostics=diagnostics, eval_train_loss=1.0 - acc / 2)
+
+
+def synthetic_complete(acc: float, **fields: Any) -> TrialResult:
+    """A COMPLETE synthetic result reaching validation accuracy ``acc`` (the seeded studies'
+    common shape; ``fields`` adds what one seeder records beyond it, such as diagnostics)."""
     return TrialResult(
         status="complete",
         metrics={"val_acc": acc, "val_loss": 1.5 - acc},
         objective="val_acc",
         direction="maximize",
-        curves=curves,
-        diagnostics=diagnostics,
-        eval_train_loss=1.0 - acc / 2,
+        curves=synthetic_curves(acc),
         train_time_s=1.0,
         total_time_s=1.2,
         worker="synthetic-seed",
+        **fields,
     )
 
 

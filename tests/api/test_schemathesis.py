@@ -46,30 +46,19 @@ def token() -> Any:
 def postgres_app(postgres_server_url: str) -> Any:
     """The same app over a fresh PostgreSQL database (dropped after): PostgreSQL refuses what
     SQLite stores (NUL in text, integers past 32 bits), so its 500s are its own (issue 28, 5)."""
-    import uuid
+    from normfree.testing.databases import scratch_postgres
 
-    from sqlalchemy.engine import make_url
+    with scratch_postgres(postgres_server_url, "normfree_fuzz") as url:
+        settings_ = Settings(database_url=url, max_request_bytes=16 * 1024)
+        app = create_app(settings_, run_studies=False, prescreen=False)
+        try:
+            seed_property_study(settings_)
+            yield app, app.state.services.repo.create_token("fuzzer")
+        finally:
+            app.state.services.close()
+            from tests.api.conftest import _drop_optuna_sibling
 
-    from normfree.storage import drop_database, ensure_database, normalize_url
-
-    name = f"normfree_fuzz_{uuid.uuid4().hex[:10]}"
-    url = (
-        make_url(normalize_url(postgres_server_url))
-        .set(database=name)
-        .render_as_string(hide_password=False)
-    )
-    ensure_database(url)
-    settings_ = Settings(database_url=url, max_request_bytes=16 * 1024)
-    app = create_app(settings_, run_studies=False, prescreen=False)
-    try:
-        seed_property_study(settings_)
-        yield app, app.state.services.repo.create_token("fuzzer")
-    finally:
-        app.state.services.close()
-        from tests.api.conftest import _drop_optuna_sibling
-
-        _drop_optuna_sibling(settings_)
-        drop_database(url)
+            _drop_optuna_sibling(settings_)
 
 
 # A first request may import scipy or sympy (seconds on a loaded 2-core machine); the check is

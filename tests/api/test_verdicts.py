@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from normfree.specs import StudySpec, TrialResult
-from normfree.testing.seeding import Seeded
+from normfree.testing.seeding import Seeded, property_spec
 from normfree.workers.driver import StudyDriver, create_study
 from tests.api.conftest import Api
 
@@ -65,16 +65,7 @@ def test_search_study_says_which_functions_it_never_tried(api: Api) -> None:
 
 def test_runs_ending_near_chance_are_failures_in_fidelity_on_a_smoke_preset(api: Api) -> None:
     # vit-tiny's trainer calls every finished run complete (min_learning 0); fidelity must not
-    spec = StudySpec(
-        kind="property",
-        proxy="vit-tiny",
-        seeds=2,
-        functions=["erf"],
-        transform="shift_h",
-        values=[-2.0, 0.0, 2.0],
-        baselines=["layernorm"],
-        epochs=1,
-    )
+    spec = property_spec(functions=["erf"], values=[-2.0, 0.0, 2.0])
     study_id = create_study(spec, settings=api.settings)
     driver = StudyDriver(study_id, settings=api.settings)
     repo = driver.store.repo

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from normfree.testing.live import CLI, cli_env, free_port, run_cli
+from normfree.testing.live import CLI, cli_env, free_port, run_cli, wait_healthy
 from normfree.workers.localray import alive, descendants
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -110,15 +110,7 @@ def test_serve_stops_whole_and_cleanly(tmp_path: Path, sig: int) -> None:
     )
     try:
         base = f"http://127.0.0.1:{port}/"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(base + "api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "serve did not come up"
-            time.sleep(0.3)
+        assert wait_healthy(base, proc, 120, poll_s=0.3), "serve did not come up"
         made = httpx.post(
             base + "api/studies",
             json=STUDY,

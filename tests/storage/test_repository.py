@@ -1,7 +1,7 @@
 """The repository contract: one suite, run against SQLite and PostgreSQL (``repo`` fixture).
 
 Candidates, studies, tokens and the handle here; the trial ledger in ``test_repository_trials.py``
-and the leaderboard in ``test_repository_leaderboard.py``."""
+and the leaderboard in ``test_leaderboard.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from normfree.specs import StudySpec
 from normfree.storage import Repository
-from tests.storage.contract import PROXY, study
+from tests.storage.support import PROXY, study
 
 # -- candidates --------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import pytest
 from normfree.specs import EpochRecord, LayerDiagnostic, TrialConfig, TrialResult
 from normfree.storage import Repository
 from normfree.storage.models import utcnow
-from tests.storage.contract import PROXY, cfg, complete, epoch, study
+from tests.storage.support import PROXY, cfg, complete, epoch, study
 
 # -- planning ----------------------------------------------------------------------------------
 

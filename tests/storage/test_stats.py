@@ -85,3 +85,24 @@ def test_rank_key_orders_by_pessimistic_bound() -> None:
     lo = stats.summarize([1.0, 1.1, 1.2])
     hi = stats.summarize([1.5, 1.6, 1.7])
     assert sorted([hi, lo], key=lambda s: stats.rank_key(s, "minimize")) == [lo, hi]
+
+
+def test_welch_and_t_quantile_agree_with_scipy_stats() -> None:
+    """The board's statistics come from scipy.special (no scipy.stats import at a server's
+    first read): the same numbers as scipy.stats' Welch test and t quantiles."""
+    import random
+
+    from scipy import stats as st
+
+    from normfree.storage.stats import t_quantile, welch_p_value
+
+    rng = random.Random(0)
+    for i in range(300):
+        a = [rng.gauss(0, rng.random() + 0.01) for _ in range(rng.randint(2, 8))]
+        b = [rng.gauss(rng.random(), rng.random() + 0.01) for _ in range(rng.randint(2, 8))]
+        if i % 7 == 0:
+            a = [1.0, 1.0, 1.0]  # one side without spread
+        expected = float(st.ttest_ind(a, b, equal_var=False).pvalue)
+        assert welch_p_value(a, b) == pytest.approx(expected, abs=1e-12)
+    for n in (2, 3, 6, 30, 1000):
+        assert t_quantile(n) == pytest.approx(float(st.t.ppf(0.975, n - 1)), rel=1e-12)

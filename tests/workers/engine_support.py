@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from normfree.settings import Settings
 
 if TYPE_CHECKING:
@@ -91,10 +89,3 @@ def drop_optuna_database(database_url: str) -> None:
     url = optuna_storage_url(SimpleNamespace(database_url=database_url, optuna_storage_url=None))
     if url.startswith("postgresql"):
         drop_database(url)
-
-
-@pytest.fixture
-def engine_db(database_url: str) -> Iterator[str]:
-    """``database_url`` (both backends) plus cleanup of Optuna's PostgreSQL database."""
-    yield database_url
-    drop_optuna_database(database_url)

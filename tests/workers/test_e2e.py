@@ -8,9 +8,10 @@ import optuna
 import pytest
 
 from normfree.specs import StudySpec
+from normfree.testing.seeding import property_spec
 from normfree.workers.driver import StudyDriver, create_study, optuna_study_name
 from normfree.workers.execution import RayExecutor, TrialStore
-from tests.workers.engine_support import drop_optuna_database, engine_settings, ray_cluster
+from tests.workers.engine_support import engine_settings, ray_cluster
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -18,24 +19,9 @@ def _ray() -> Iterator[None]:
     yield from ray_cluster()
 
 
-@pytest.fixture
-def url(database_url: str) -> Iterator[str]:
-    yield database_url
-    drop_optuna_database(database_url)
-
-
 def test_property_study_end_to_end(url: str) -> None:
     settings = engine_settings(url)
-    spec = StudySpec(
-        kind="property",
-        proxy="vit-tiny",
-        seeds=2,
-        functions=["erf"],
-        transform="shift_h",
-        values=[-1.0, 0.5],
-        baselines=["layernorm"],
-        epochs=1,
-    )
+    spec = property_spec(functions=["erf"], values=[-1.0, 0.5])
     study_id = create_study(spec, settings=settings)
     store = TrialStore(url)
     assert store.repo.study_progress(study_id)["counts"]["WAITING"] == 6

@@ -219,9 +219,15 @@ def _finish_all(store: TrialStore, study_id: int, fitness) -> int:
     return n
 
 
-def test_planner_evolves_records_lineage_and_restarts_without_redeciding(tmp_path) -> None:
-    store = TrialStore(f"sqlite:///{tmp_path / 'gen.db'}")
-    store.migrate()
+@pytest.fixture
+def store(tmp_path) -> TrialStore:
+    """A migrated SQLite store of the test's own."""
+    trials = TrialStore(f"sqlite:///{tmp_path / 'gen.db'}")
+    trials.migrate()
+    return trials
+
+
+def test_planner_evolves_records_lineage_and_restarts_without_redeciding(store: TrialStore) -> None:
     spec = StudySpec(
         kind="generate",
         proxy="vit-tiny",
@@ -308,7 +314,7 @@ def test_a_generation_stops_at_its_planning_seconds() -> None:
     assert 0 < len(record.proposals) < 1000
 
 
-def test_a_cancel_stops_the_proposal_loop(tmp_path) -> None:
+def test_a_cancel_stops_the_proposal_loop(store: TrialStore) -> None:
     """Issue 28: ``generations: 1000, population: 1, max_proposals: 100000`` kept proposing
     after a cancel. Now the planner reads the study's status while it proposes and stops."""
     import threading
@@ -316,8 +322,6 @@ def test_a_cancel_stops_the_proposal_loop(tmp_path) -> None:
 
     from normfree.workers.evolution import GenerationStopped
 
-    store = TrialStore(f"sqlite:///{tmp_path / 'gen.db'}")
-    store.migrate()
     spec = StudySpec(
         kind="generate",
         proxy="vit-tiny",

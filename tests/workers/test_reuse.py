@@ -4,16 +4,13 @@ as reused and never trains it; a proxy's board still counts each run once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from normfree.specs import EpochRecord, LayerDiagnostic, StudySpec, TrialResult
 from normfree.storage import Database, Repository, aggregates
 from normfree.workers.driver import create_study
 from normfree.workers.versions import trainer_sources, trainer_version
-from tests.workers.engine_support import drop_optuna_database, engine_settings
+from tests.workers.engine_support import engine_settings
 
 V = trainer_version()
 
@@ -39,12 +36,6 @@ def _finish_all(repo: Repository, study_id: int, status: str = "complete", versi
 
 def _spec(functions: list[str], **kw: object) -> StudySpec:
     return StudySpec(kind="options", proxy="vit-tiny", functions=functions, seeds=2, **kw)
-
-
-@pytest.fixture
-def url(database_url: str) -> Iterator[str]:
-    yield database_url
-    drop_optuna_database(database_url)
 
 
 def test_a_second_study_reuses_the_same_keys_and_trains_only_the_new_ones(url: str) -> None:

@@ -6,22 +6,13 @@ import optuna
 import pytest
 
 from normfree.specs import StudySpec
+from normfree.testing.seeding import property_spec
 from normfree.workers import scheduling as sch
 from normfree.workers.kinds import search
 
 
 def _property(**kw: object) -> StudySpec:
-    base = dict(
-        kind="property",
-        proxy="vit-tiny",
-        seeds=3,
-        functions=["erf", "tanh"],
-        transform="shift_h",
-        values=[-1.0, 0.0, 0.5],
-        baselines=["layernorm"],
-    )
-    base.update(kw)
-    return StudySpec(**base)  # type: ignore[arg-type]
+    return property_spec(**({"seeds": 3, "values": [-1.0, 0.0, 0.5], "epochs": None} | kw))
 
 
 def test_property_grid_is_full_and_paired() -> None:

@@ -20,7 +20,17 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, fastlane, fidelity, links, plots, prescreens, reads, services
+from normfree.api import (
+    cache,
+    fastlane,
+    fidelity,
+    lines,
+    links,
+    plots,
+    prescreens,
+    reads,
+    services,
+)
 from normfree.api.deps import (
     GroupQuery,
     IdPath,
@@ -186,11 +196,7 @@ async def page_leaderboard(
                     ),
                     None,
                 )
-        groups = parts.build(
-            "the group filter",
-            lambda: sorted({c.group for c in reads.candidates(state).items if c.group}),
-            [],
-        )
+        groups = parts.build("the group filter", lambda: reads.candidate_groups(state), [])
         return cache.html_body(
             _render(
                 request,
@@ -416,7 +422,7 @@ async def page_study(
         # the study's own fidelity: it reads only this study's trials (and the built-in set),
         # so the page's version key still covers it; the proxy's is one link away
         study_fidelity = parts.build(
-            "the study's fidelity", lambda: fidelity.summary(state, study_id=study_id), None
+            "the study's fidelity", lambda: lines.study_line(state, study_id), None
         )
         return cache.html_body(
             _render(

@@ -159,12 +159,12 @@ def _fidelity_line(
     """The board's fidelity line, or None (with ``fidelity`` named in ``unreadable`` and the
     exception logged under a reference) when it cannot be built: a line beside the ranking must
     never cost the ranking (the JSON's rows, the page's table)."""
-    from normfree.api import fidelity
+    from normfree.api import lines
 
-    try:
+    try:  # computed once per version beside the reads (api.lines)
         if study_id is not None:
-            return fidelity.summary(state, study_id=study_id)
-        return fidelity.summary(state, proxy=proxy) if _known_proxy(proxy) else None
+            return lines.study_line(state, study_id)
+        return lines.proxy_line(state, proxy) if _known_proxy(proxy) else None
     except Exception:
         from normfree.workers.errors import new_reference
 

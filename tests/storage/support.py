@@ -1,5 +1,4 @@
-"""What the repository contract suites (``test_repository*.py``) build trials and studies from:
-one spelling of a config, a study, an epoch and a completed result."""
+"""Records and steps shared by the repository contract suites (repository, trials, leaderboard)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The repository's leaderboard, checked against values computed by hand, on every backend."""
+"""The leaderboard part of the repository contract, on SQLite and PostgreSQL (``repo``):
+ranks, paired comparisons, filters and seed de-duplication computed by hand."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import pytest
 
 from normfree.specs import TrialConfig, TrialResult
 from normfree.storage import Repository
-from tests.storage.contract import PROXY, cfg, complete, run_all, study
-
-# -- leaderboard -------------------------------------------------------------------------------
+from tests.storage.support import PROXY, cfg, complete, run_all, study
 
 # Final val_acc per seed. tanh's seed 3 diverges; identity is clearly worse than the rest.
 VALUES = {

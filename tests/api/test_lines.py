@@ -1,0 +1,92 @@
+"""Fidelity lines beside the reads (api.lines): a board never waits for its line past the
+setting, shows the latest line done, and is built again when the current one is done."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from normfree.api.lines import FidelityLines
+from normfree.specs import NormSpec
+from tests.api.conftest import Api, wait_for_analyses
+from tests.api.test_reads import _finish, _study
+
+
+def _until(check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_line_is_computed_once_per_version_and_never_waited_for_past_the_limit() -> None:
+    lines = FidelityLines()
+    release = threading.Event()
+    calls: list[int] = []
+
+    def slow(v: int) -> Callable[[], str]:
+        def compute() -> str:
+            calls.append(v)
+            release.wait(10)
+            return f"line {v}"
+
+        return compute
+
+    target = ("proxy", ("db", "p"))
+    t0 = time.perf_counter()
+    assert lines.line(target, 1, slow(1), wait_s=0.05) is None  # nothing done yet
+    assert time.perf_counter() - t0 < 2
+    release.set()
+    _until(lambda: lines.stamp(target) == 1)
+    assert lines.line(target, 1, slow(1), wait_s=0) == "line 1" and calls == [1]
+    # a new version: the latest line done is shown while the new one computes
+    release.clear()
+    assert lines.line(target, 2, slow(2), wait_s=0.05) == "line 1"
+    release.set()
+    assert lines.line(target, 2, slow(2), wait_s=10) == "line 2"
+    assert calls == [1, 2] and lines.stamp(target) == 2
+    # once a line is done, a new version's build waits ``rewait_s`` (none on a server)
+    release.clear()
+    t0 = time.perf_counter()
+    assert lines.line(target, 5, slow(5), wait_s=30, rewait_s=0) == "line 2"
+    assert time.perf_counter() - t0 < 5
+    release.set()
+    assert lines.line(target, 5, slow(5), wait_s=30) == "line 5"
+    assert lines.stamp(target) == 3  # an older line was shown for version 5
+    # a line every build waited for moves nothing: they show it already
+    assert lines.line(target, 4, lambda: "line 4", wait_s=10) == "line 4"
+    assert lines.stamp(target) == 3
+    assert lines.stamp(("proxy", ("db", "q"))) == 0  # other targets never move
+
+    def broken() -> str:
+        raise ValueError("unreadable reference")
+
+    with pytest.raises(ValueError, match="unreadable"):
+        lines.line(target, 3, broken, wait_s=10)  # the build that waits sees the failure
+    assert lines.line(target, 3, broken, wait_s=0) == "line 4"  # one that does not: the latest
+
+
+def test_a_board_answers_before_its_line_and_shows_it_when_done(
+    make_api: Callable[..., Api], sqlite_database_url: str
+) -> None:
+    api = make_api(sqlite_database_url, prescreen=False, fidelity_line_wait_s=0)
+    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="tanh")])
+    _finish(api.repo, sid)
+    wait_for_analyses(api)
+    c = api.client
+    first = c.get("/api/leaderboards/vit-tiny")
+    assert first.status_code == 200 and len(first.json()["rows"]) == 2
+
+    def shown() -> bool:
+        return c.get("/api/leaderboards/vit-tiny").json()["fidelity"] is not None
+
+    _until(shown)  # the line computed beside the reads arrives without a write
+    done = c.get("/api/leaderboards/vit-tiny")
+    assert done.headers["etag"] != first.headers["etag"]
+    assert done.json()["fidelity"]["url"] == "/fidelity?proxy=vit-tiny"
+    # the study page answers at once too, and shows its own line once done
+    assert c.get(f"/studies/{sid}").status_code == 200
+    _until(lambda: "its fidelity report" in c.get(f"/studies/{sid}").text)

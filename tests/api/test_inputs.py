@@ -115,18 +115,10 @@ def test_control_characters_in_write_fields_are_422(both: Api, path: str, body: 
 
 def test_control_characters_in_csv_forms_and_raw_bodies_are_422(both: Api) -> None:
     csv = "setting,family,metric,direction,function,value\ns\x00,vit,accuracy,maximize,tanh,80\n"
-    r = both.client.post(
-        "/api/references?name=mini&source=S",
-        content=csv,
-        headers={**both.auth, "Content-Type": "text/csv"},
-    )
+    r = bodies.post_csv(both, "/api/references?name=mini&source=S", csv)
     _refused(r, "U+0000")
     _refused(
-        both.client.post(
-            "/api/references?name=mini%00&source=S",
-            content=csv.replace("\x00", ""),
-            headers={**both.auth, "Content-Type": "text/csv"},
-        )
+        bodies.post_csv(both, "/api/references?name=mini%00&source=S", csv.replace("\x00", ""))
     )
     form = {"name": "formnul", "formula": "tanh(u)\x00", "token": both.token}
     _refused(both.client.post("/submit", data=form))

@@ -178,15 +178,21 @@ def create_app(
         settings.offload_workers, settings.offload_seconds, settings.offload_queue_per_client
     )
     # Outside even the security headers: it replays answers as they were finally sent.
-    from normfree.api import prescreens
+    from normfree.api import prescreens, search_importance
     from normfree.api.lines import LINES
 
     lane = fastlane.generation_for(state.db.url) if settings.fast_lane else None
     app.add_middleware(
         fastlane.FastLane,
         generation=lane,
-        # what answers show beside the database: analyses done, this process's prescreens
-        local=lambda: (services.ENRICHER.epoch, prescreens.epoch(), LINES.epoch),
+        # what answers show beside the database: analyses done, this process's prescreens and
+        # fidelity lines, importance refreshes (a search's importance lives beside our database)
+        local=lambda: (
+            services.ENRICHER.epoch,
+            prescreens.epoch(),
+            LINES.epoch,
+            search_importance.epoch(),
+        ),
         enabled=lambda: settings.public_reads,
         direct=[(re.compile("/api" + trials.DIRECT_PATH.pattern), _secured(trials.direct))]
         if settings.fast_lane

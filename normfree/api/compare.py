@@ -283,3 +283,41 @@ def metric_value(point: Mapping[str, Any], metric: str) -> float | None:
     """One curve point's value of ``metric`` (a loss column or one of its metrics)."""
     v = point.get(metric) if metric in LOSSES else (point.get("metrics") or {}).get(metric)
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+
+def compare_key(
+    state: ServiceState,
+    *,
+    trials: Iterable[str] | None,
+    study_id: int | None,
+    arms: Sequence[str],
+    metric: str | None,
+) -> tuple[Any, Any]:
+    """The cache key of a comparison: what it names, and the state of the trials it draws.
+
+    Every write to a trial (a curve point, its result, a retry) moves its ``updated_at`` in the
+    same transaction, so chosen trials are stamped by (id, status, updated_at); a study's arms
+    by the study row's stamp and its trials' count and latest ``updated_at`` (an arm gains a
+    seed with a new trial). One small query, no curves read."""
+    import sqlalchemy as sa
+
+    from normfree.storage.models import StudyRow, TrialRow
+
+    ids = _trial_ids(trials)
+    t = TrialRow.__table__
+    with state.db.read() as conn:
+        if ids:
+            q = sa.select(t.c.id, t.c.status, t.c.updated_at).where(t.c.id.in_(ids))
+            stamp: Any = tuple(sorted((r[0], r[1], str(r[2])) for r in conn.execute(q)))
+        else:
+            s = StudyRow.__table__
+            row = conn.execute(
+                sa.select(s.c.status, s.c.updated_at).where(s.c.id == study_id)
+            ).first()
+            agg = conn.execute(
+                sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
+                    t.c.study_id == study_id
+                )
+            ).one()
+            stamp = (tuple(map(str, row or ())), int(agg[0]), str(agg[1]))
+    return (("compare", tuple(ids), study_id, tuple(arms), metric), stamp)

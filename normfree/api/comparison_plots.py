@@ -1,6 +1,8 @@
 """The figures of the comparison and search pages, from the answers of ``GET /api/compare``
 and ``GET /api/studies/{id}/search`` (as dicts). Rendered through :mod:`normfree.api.plots`
-(``to_div``: every label plain text), in its palette and layout."""
+(``to_div``: every label plain text), in its palette and layout. Built without naming their theme
+(``BARE_LAYOUT``): the caller passes ``to_div`` the theme resolved once
+(``plots.resolved_template()``), which saves plotly's lookup and validation of it per figure."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from normfree.api.compare import mean_curve, metric_value
-from normfree.api.plots import _LAYOUT, DIVERGED_COLOR, PALETTE
+from normfree.api.plots import BARE_LAYOUT, DIVERGED_COLOR, PALETTE
 
 __all__ = ["compare_figure", "history_figure", "pruning_figure"]
 
@@ -93,7 +95,7 @@ def compare_figure(comparison: Mapping[str, Any]) -> go.Figure:
         title=f"{metric} by epoch",
         xaxis=_integer_axis(top, "epoch"),
         yaxis_title=metric,
-        **_LAYOUT,
+        **BARE_LAYOUT,
     )
     return fig
 
@@ -144,7 +146,7 @@ def history_figure(view: Mapping[str, Any]) -> go.Figure:
         title=f"optimisation history ({view.get('direction', 'maximize')} {objective})",
         xaxis=_integer_axis(len(trials), "trial (in the order asked)"),
         yaxis_title=objective,
-        **_LAYOUT,
+        **BARE_LAYOUT,
     )
     return fig
 
@@ -172,7 +174,7 @@ def pruning_figure(trials: Sequence[Mapping[str, Any]]) -> go.Figure:
                 hovertemplate="%{y}: %{x} epochs %{text}<extra></extra>",
             )
         )
-    layout = dict(_LAYOUT)
+    layout = dict(BARE_LAYOUT)
     layout["height"] = max(260, 22 * len(ran) + 140)
     fig.update_layout(
         title="pruning timeline (epochs each trial ran)",

@@ -8,7 +8,10 @@
   epoch it reported: the worker records an epoch before it asks the pruner).
 
 Built once per state of the study (its status and per-status counts, as its summary) and served
-by ``GET /api/studies/{id}/search`` and the page ``/studies/{id}/search`` alike.
+by ``GET /api/studies/{id}/search`` and the page ``/studies/{id}/search`` alike. The importance
+is not computed here: the driver stores it when a trial finishes and the view looks it up
+(``api.search_importance``), marked ``importance_stale`` while it lags the trials. The API
+answer pages the trials (:func:`page_of`): a search can run thousands.
 """
 
 from __future__ import annotations
@@ -24,7 +27,18 @@ from normfree.api.schemas import _Out
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite
 
-__all__ = ["SearchTrial", "SearchView", "search_kinds", "search_view"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "SearchTrial",
+    "SearchView",
+    "page_of",
+    "search_kinds",
+    "search_view",
+]
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
 
 
 def search_kinds() -> tuple[str, ...]:
@@ -62,6 +76,16 @@ class SearchView(_Out):
     best: SearchTrial | None = None
     trials: list[SearchTrial] = Field(default_factory=list)
     importance: dict[str, Any] | None = None
+    importance_stale: bool = Field(
+        default=False,
+        description="True: the importance shown was computed before the latest trials finished "
+        "(or none is stored yet); a refresh runs in the background.",
+    )
+    total_trials: int = Field(default=0, description="Trials in the history, all pages.")
+    next_cursor: int | None = Field(
+        default=None,
+        description="Pass as `cursor` for the next page of `trials`; null on the last page.",
+    )
     top_arms: list[str] = Field(
         default_factory=list, description="The best arms by objective, for a comparison."
     )
@@ -73,6 +97,7 @@ def _better(a: float, b: float, direction: str) -> bool:
 
 def search_view(state: ServiceState, study_id: int) -> SearchView:
     """The view of one search or generate study; 404 for no such study or another kind."""
+    from normfree.api import search_importance
     from normfree.api.services.studies import study_key
     from normfree.workers.progress import arm_of
 
@@ -85,7 +110,7 @@ def search_view(state: ServiceState, study_id: int) -> SearchView:
             f"studies have a search view; its cells are at /api/studies/{study_id}",
         )
     return state.cache.get_or_build(
-        (("search-view", study_id), key),
+        (("search-view", study_id), (key, search_importance.mark(state, study_id))),
         lambda: _build(state, {**row, "status": snap.status}, dict(snap.counts), arm_of),
     )
 
@@ -138,11 +163,9 @@ def _build(
         if value is not None and (best_value is None or _better(value, best_value, direction)):
             best_value, best = value, t
         trials.append(t.model_copy(update={"best_so_far": best_value}))
-    importance = None
-    if any(t.value is not None for t in trials):
-        from normfree.workers.importance import study_importance
+    from normfree.api.search_importance import lookup
 
-        importance = finite(study_importance(state.repo, study_id))
+    importance, stale = lookup(state, study_id, counts)
     return SearchView(
         study_id=study_id,
         kind=row["kind"],
@@ -152,7 +175,9 @@ def _build(
         counts=counts,
         best=best,
         trials=trials,
-        importance=importance,
+        importance=finite(importance),
+        importance_stale=stale,
+        total_trials=len(trials),
         top_arms=_top_arms(trials, direction),
     )
 
@@ -165,3 +190,13 @@ def _top_arms(trials: list[SearchTrial], direction: str, n: int = 3) -> list[str
             values.setdefault(t.arm, []).append(t.value)
     means = {a: sum(v) / len(v) for a, v in values.items()}
     return sorted(means, key=lambda a: -means[a] if direction == "maximize" else means[a])[:n]
+
+
+def page_of(view: SearchView, cursor: int = 0, limit: int = DEFAULT_LIMIT) -> SearchView:
+    """``view`` with the trials after position ``cursor`` (an ``order``), at most ``limit``;
+    everything else (counts, best, importance, top arms) is over all trials."""
+    chosen = [t for t in view.trials if t.order > cursor][:limit]
+    more = bool(chosen) and chosen[-1].order < view.total_trials
+    return view.model_copy(
+        update={"trials": chosen, "next_cursor": chosen[-1].order if more else None}
+    )

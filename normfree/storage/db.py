@@ -264,6 +264,12 @@ class Database:
 # -- Optuna's storage and server-level helpers ----------------------------------------------------
 
 
+def optuna_study_name(study_id: int) -> str:
+    """Optuna's name for our study: stable, so a restarted driver loads the same one (and the
+    server finds what the driver stored with it, ``storage.study_documents``)."""
+    return f"normfree-study-{study_id}"
+
+
 def optuna_storage_url(settings: Any) -> str:
     """Where Optuna keeps its studies: beside ours, never in the same tables.
 

@@ -39,6 +39,7 @@ import optuna
 from normfree.settings import Settings, get_settings
 from normfree.specs import TERMINAL_TRIAL_STATUSES, StudySpec
 from normfree.storage import LeasedTrial
+from normfree.storage.db import optuna_study_name
 from normfree.workers import kinds
 from normfree.workers import scheduling as sch
 from normfree.workers.cost import check_study
@@ -63,11 +64,6 @@ log = logging.getLogger(__name__)
 
 # Row states after which nothing runs again (and Optuna must have been told).
 _TERMINAL = TERMINAL_TRIAL_STATUSES
-
-
-def optuna_study_name(study_id: int) -> str:
-    """Optuna's name for our study: stable, so a restarted driver loads the same one."""
-    return f"normfree-study-{study_id}"
 
 
 def optuna_user_attrs(spec: StudySpec, study_id: int) -> dict[str, Any]:
@@ -265,6 +261,21 @@ class StudyDriver:
             self.optuna.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
         else:  # diverged, failed, cancelled: no value for the sampler to learn from
             self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        if self.kind.searches:
+            self.store_importance()
+
+    def store_importance(self) -> None:
+        """Keep the study's property importance with its Optuna study, computed now that a
+        trial finished (``storage.study_documents``): the search page then reads it instead
+        of computing it, and a failure here costs the page its freshness, never the study."""
+        from normfree.storage.study_documents import IMPORTANCE_ATTR
+        from normfree.workers.importance import importance_with_counts
+
+        try:
+            doc = importance_with_counts(self.store.repo, self.study_id)
+            self.optuna.set_user_attr(IMPORTANCE_ATTR, doc)
+        except Exception:
+            log.warning("study %s: importance not stored", self.study_id, exc_info=True)
 
     def _reconcile(self) -> None:
         """Tell Optuna about rows that ended while no driver watched; fail orphan asks."""

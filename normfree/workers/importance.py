@@ -35,7 +35,14 @@ from scipy.stats import rankdata
 from normfree.specs import BASELINES, RUN_OUTCOME_STATUSES
 from normfree.storage.protocols import TrialLedger
 
-__all__ = ["FEATURES", "GROWTH_ORDER", "features_of", "property_importance", "study_importance"]
+__all__ = [
+    "FEATURES",
+    "GROWTH_ORDER",
+    "features_of",
+    "importance_with_counts",
+    "property_importance",
+    "study_importance",
+]
 
 GROWTH_ORDER = ("bounded", "logarithmic", "sub-linear power", "linear", "super-linear",
                 "exponential")  # fmt: skip
@@ -205,9 +212,15 @@ def study_importance(repo: TrialLedger, study_id: int, **kw: Any) -> dict[str, A
     one resolver from the trial's baked definition (``NormSpec.formula``: a transform of a
     stored candidate), else from the name (catalog names, transforms, formulas).
     """
+    rows = [r for r in repo.list_trials(study_id) if r["status"] in RUN_OUTCOME_STATUSES]
+    return _importance_of_rows(repo, rows, **kw)
+
+
+def _importance_of_rows(
+    repo: TrialLedger, rows: Sequence[Mapping[str, Any]], **kw: Any
+) -> dict[str, Any]:
     from normfree.search_space.resolver import resolve
 
-    rows = [r for r in repo.list_trials(study_id) if r["status"] in RUN_OUTCOME_STATUSES]
     direction = next((r["direction"] for r in rows if r.get("direction")), "maximize")
     baked = {r["candidate"]: (r.get("norm") or {}).get("formula") for r in rows}
     props: dict[str, Mapping[str, Any]] = {}
@@ -222,3 +235,17 @@ def study_importance(repo: TrialLedger, study_id: int, **kw: Any) -> dict[str, A
             continue  # a name nothing resolves any more: left out
         props[name] = cand.properties.model_dump(mode="json")
     return property_importance(rows, props, direction, **kw)
+
+
+def importance_with_counts(repo: TrialLedger, study_id: int) -> dict[str, Any]:
+    """The document ``storage.study_documents`` keeps: the study's importance (non-finite
+    values cleaned) with the outcome counts of the very rows it was computed from, so that a
+    reader can tell whether trials finished since."""
+    from normfree.jsonsafe import finite
+    from normfree.storage.study_documents import importance_document
+
+    rows = [r for r in repo.list_trials(study_id) if r["status"] in RUN_OUTCOME_STATUSES]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return importance_document(finite(_importance_of_rows(repo, rows)), counts)

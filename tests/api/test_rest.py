@@ -406,6 +406,7 @@ def test_core_flow_on_both_backends(make_api, database_url: str) -> None:
     assert c.post(f"/api/studies/{sid}/cancel", headers=h).json()["status"] == "cancelled"
     assert c.get(f"/api/studies/{seeded.study_id}").json()["status"] == "complete"
     # the creator deletes its cancelled study (trials, Optuna study, leaderboard fold)
-    assert c.delete(f"/api/studies/{sid}", headers=h).json() == {"id": sid, "deleted": True}
+    gone = c.delete(f"/api/studies/{sid}", headers=h).json()
+    assert gone["id"] == sid and gone["deleted"] is True and gone["dry_run"] is False
     assert c.get(f"/api/studies/{sid}").status_code == 404
     assert len(c.get("/api/leaderboards/vit-tiny").json()["rows"]) == 7  # the seeded study's

@@ -11,11 +11,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, comparison_plots, plots, reads
-from normfree.api.compare import Comparison, compare
+from normfree.api import cache, comparison_plots, plots, reads, search_importance
+from normfree.api.compare import Comparison, compare, compare_key
 from normfree.api.deps import MAX_ID, IdPath, Reader, StateDep
 from normfree.api.errors import ErrorBody
-from normfree.api.search import SearchView, search_view
+from normfree.api.search import MAX_LIMIT, SearchView, page_of, search_view
 
 api_router = APIRouter()
 page_router = APIRouter(include_in_schema=False)
@@ -75,8 +75,13 @@ def get_compare(
 ) -> Comparison:
     """Learning curves of chosen trials (`trials=3,7,12`) or of a study's arms
     (`study=4&arm=erf&arm=tanh`: every seed of each arm), for one plot: each trial's curve
-    points, the metrics they hold and the one chosen (`metric`, default the objective)."""
-    return compare(state, trials=trials, study_id=study, arms=_arms(arm, arms), metric=metric)
+    points, the metrics they hold and the one chosen (`metric`, default the objective). Cached
+    per choice and the state of its trials (a new curve point builds it again)."""
+    chosen = _arms(arm, arms)
+    key = compare_key(state, trials=trials, study_id=study, arms=chosen, metric=metric)
+    return state.cache.get_or_build(
+        key, lambda: compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
+    )
 
 
 @api_router.get(
@@ -87,20 +92,34 @@ def get_compare(
     responses={404: {"model": ErrorBody}},
 )
 async def get_search(
-    request: Request, state: StateDep, _reader: Reader, study_id: IdPath
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    study_id: IdPath,
+    cursor: Annotated[
+        int, Query(ge=0, le=MAX_ID, description="Trials after this `order` (a `next_cursor`).")
+    ] = 0,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_LIMIT, description="Trials per page (default 100).")
+    ] = 100,
 ) -> Response:
     """A search or generate study's optimisation history (objective per trial in Optuna's ask
     order, best so far), property importance and pruning timeline (epochs each trial ran; the
-    epoch a pruned one stopped at). 404 for other kinds. Cached like the study's summary (an
-    ETag that changes when a trial finishes)."""
+    epoch a pruned one stopped at). 404 for other kinds. The trials come in pages of `limit`
+    in ask order: `next_cursor` is the `cursor` of the next page (null on the last);
+    `total_trials` counts them all, and the counts, best trial, importance and top arms are
+    over all of them. The importance is the one stored when the latest trial finished;
+    `importance_stale` says it lags the trials (a refresh then runs in the background). Cached
+    like the study's summary (an ETag that changes when a trial finishes)."""
+    study = await reads.small_read(state, reads.study_key, state, study_id)
     key = reads.derived(
-        "search-view", await reads.small_read(state, reads.study_key, state, study_id)
+        "search-view", study, search_importance.mark(state, study_id), cursor, limit
     )
     return await cache.serve(
         request,
         state.cache,
         key,
-        lambda: cache.json_body(search_view(state, study_id)),
+        lambda: cache.json_body(page_of(search_view(state, study_id), cursor, limit)),
         replay=not reads.driven(key),
     )
 
@@ -124,10 +143,10 @@ async def page_compare(
     """The chosen curves on one plot, a metric selector and the trials drawn. With nothing
     chosen: how to choose (a form for trial ids; the study pages link arms here)."""
     chosen = _arms(arm, arms)
+    if not trials and study is None:
+        return _render(request, "compare.html", comparison=None, figure=None, notices=[])
 
-    def build() -> Response:
-        if not trials and study is None:
-            return _render(request, "compare.html", comparison=None, figure=None, notices=[])
+    def build() -> cache.Cached:
         result = compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
         data = result.model_dump(mode="json")
         figure = None
@@ -135,18 +154,28 @@ async def page_compare(
         if result.metric is None:
             notices.append("None of the chosen trials has reported an epoch yet: no curve.")
         else:
-            figure = plots.to_div(comparison_plots.compare_figure(data), "compare-figure")
-        return _render(
-            request,
-            "compare.html",
-            comparison=result,
-            figure=figure,
-            notices=notices,
-            trials_text=",".join(str(t.id) for t in result.trials) if trials else "",
-            arms=chosen,
+            figure = plots.to_div(
+                comparison_plots.compare_figure(data),
+                "compare-figure",
+                template=plots.resolved_template(),
+            )
+        return cache.html_body(
+            _render(
+                request,
+                "compare.html",
+                comparison=result,
+                figure=figure,
+                notices=notices,
+                trials_text=",".join(str(t.id) for t in result.trials) if trials else "",
+                arms=chosen,
+            )
         )
 
-    return await run_in_threadpool(build)
+    key = await run_in_threadpool(
+        compare_key, state, trials=trials, study_id=study, arms=chosen, metric=metric
+    )
+    page_key = ((*key[0], "page", str(request.base_url)), key[1])
+    return await cache.serve(request, state.cache, page_key, build)
 
 
 @page_router.get("/studies/{study_id}/search", response_class=HTMLResponse, name="page_search")
@@ -156,7 +185,9 @@ async def page_search(
     """A search's optimisation history, property importance and pruning timeline; cached
     like the study page (built again when a trial finishes or the study changes state)."""
     study = await reads.small_read(state, reads.study_key, state, study_id)
-    key = reads.derived("page-search", study, str(request.base_url))
+    key = reads.derived(
+        "page-search", study, str(request.base_url), search_importance.mark(state, study_id)
+    )
 
     def build() -> cache.Cached:
         view = search_view(state, study_id)
@@ -165,7 +196,9 @@ async def page_search(
         notices: list[str] = []
         if any(t["value"] is not None or t["last_value"] is not None for t in data["trials"]):
             figures["history"] = plots.to_div(
-                comparison_plots.history_figure(data), "history-figure"
+                comparison_plots.history_figure(data),
+                "history-figure",
+                template=plots.resolved_template(),
             )
         else:
             notices.append("No trial has a result yet: the history starts with the first.")
@@ -175,7 +208,9 @@ async def page_search(
             )
         if any(t["epochs_run"] for t in data["trials"]):
             figures["pruning"] = plots.to_div(
-                comparison_plots.pruning_figure(data["trials"]), "pruning-figure"
+                comparison_plots.pruning_figure(data["trials"]),
+                "pruning-figure",
+                template=plots.resolved_template(),
             )
         return cache.html_body(
             _render(request, "search.html", view=view, figures=figures, notices=notices)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from normfree.api.schemas._base import NAME_PATTERN, _In, _Out
+from normfree.api.schemas._base import NAME_PATTERN, _In, _Out, unreadable_field
 
 __all__ = [
     "CandidateCreate",
@@ -73,10 +73,7 @@ class CandidatePublic(_Out):
     submitter: str | None = None
     created_at: datetime | None = None
     archived: bool = False
-    unreadable: list[str] = Field(
-        default_factory=list,
-        description="Stored fields that could not be read (corrupt rows): shown empty.",
-    )
+    unreadable: list[str] = unreadable_field("empty")
 
 
 class CandidateSubmitted(CandidatePublic):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from normfree.api.schemas._base import _Out
+from normfree.api.schemas._base import _Out, unreadable_field
 
 __all__ = [
     "ArmFailure",
@@ -64,10 +64,7 @@ class LeaderboardRow(_Out):
     vs_layernorm: dict[str, Any] | None = Field(
         default=None, description="Paired difference to LayerNorm on the same seeds (mean, CI)."
     )
-    unreadable: list[str] = Field(
-        default_factory=list,
-        description="Stored fields that could not be read (corrupt rows): shown as null.",
-    )
+    unreadable: list[str] = unreadable_field("as null")
 
 
 class ReliabilityPublic(_Out):

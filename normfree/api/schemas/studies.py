@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from normfree.api.schemas._base import _In, _Out
+from normfree.api.schemas._base import _In, _Out, unreadable_field
 from normfree.api.schemas.leaderboards import ArmFailure, ReliabilityPublic
 from normfree.api.schemas.trials import TrialSummary
 from normfree.specs import StudyKindName
@@ -220,10 +220,7 @@ class StudyPublic(_Out):
     running_in_background: bool = Field(
         default=False, description="An execution thread of this API process is driving it."
     )
-    unreadable: list[str] = Field(
-        default_factory=list,
-        description="Stored fields that could not be read (corrupt rows): shown empty.",
-    )
+    unreadable: list[str] = unreadable_field("empty")
     tags: list[str] = Field(default_factory=list)
     note: str | None = None
     archived: bool = Field(

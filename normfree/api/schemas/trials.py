@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from normfree.api.schemas._base import _Out
+from normfree.api.schemas._base import _Out, unreadable_field
 
 __all__ = ["CurvePoint", "LayerDiagnosticPublic", "TrialPage", "TrialPublic", "TrialSummary"]
 
@@ -26,10 +26,7 @@ class TrialSummary(_Out):
         description="The trial (of an earlier study) whose result this one carries: the same "
         "trial key under the same trainer code, so it was not trained again.",
     )
-    unreadable: list[str] = Field(
-        default_factory=list,
-        description="Stored fields that could not be read (corrupt rows): shown as null.",
-    )
+    unreadable: list[str] = unreadable_field("as null")
 
 
 class TrialPage(_Out):
@@ -108,7 +105,4 @@ class TrialPublic(_Out):
     finished_at: datetime | None = None
     curves: list[CurvePoint] = Field(default_factory=list)
     diagnostics: list[LayerDiagnosticPublic] = Field(default_factory=list)
-    unreadable: list[str] = Field(
-        default_factory=list,
-        description="Stored fields that could not be read (corrupt rows): shown as null.",
-    )
+    unreadable: list[str] = unreadable_field("as null")

@@ -21,6 +21,7 @@ The last line printed is one JSON object (the summary).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
@@ -42,6 +43,18 @@ def search_16() -> list[str]:
     names = [c.name for c in catalog.all() if c.group in GROUPS_16]
     assert len(names) == 16, names
     return names
+
+
+def add_operator_argument(ap: argparse.ArgumentParser) -> None:
+    """``--operator``, shared by the runs that train the 16 with or without the scalar s (the
+    value ``operator_shift`` reads)."""
+    ap.add_argument(
+        "--operator",
+        choices=("published", "plain"),
+        default="published",
+        help="published: the 16 with a learnable scalar s, as the paper's search trained them "
+        "(files tagged -s); plain: without s (the earlier recorded runs)",
+    )
 
 
 def operator_shift(name: str, operator: str) -> str:
@@ -282,13 +295,7 @@ def rescore(path: Path, source: str, proxy: str) -> list[dict]:
 def main() -> None:
     ap = run_arguments(__doc__, "vit-digits", 3)
     ap.add_argument("--functions", default=None, help="comma-separated (default: 16 + baselines)")
-    ap.add_argument(
-        "--operator",
-        choices=("published", "plain"),
-        default="published",
-        help="published: the 16 with a learnable scalar s, as the paper's search trained them "
-        "(files tagged -s); plain: without s (the earlier recorded runs)",
-    )
+    add_operator_argument(ap)
     ap.add_argument("--quick", action="store_true", help="vit-tiny, 4 functions, 2 seeds")
     ap.add_argument(
         "--reuse", default=None, help="a calibration .jsonl whose plain-function rows to reuse"

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from discriminative import operator_shift, search_16, summarise, trial_row
+from discriminative import add_operator_argument, operator_shift, search_16, summarise, trial_row
 from resumable import earlier_rows, run_arguments, train_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -213,13 +213,7 @@ def main() -> None:
     ap = run_arguments(__doc__, "vit-stress", 5, rescore=False)
     ap.add_argument("--functions", default=None, help="comma-separated (default: 3 + 16)")
     ap.add_argument("--quick", action="store_true", help="3 functions, 1 seed, 3 epochs")
-    ap.add_argument(
-        "--operator",
-        choices=("published", "plain"),
-        default="published",
-        help="published: the 16 with a learnable scalar s, as the paper's search trained them "
-        "(files tagged -s); plain: without s (the earlier recorded runs)",
-    )
+    add_operator_argument(ap)
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.epochs = 1, args.epochs or 3

@@ -18,7 +18,14 @@ import click
 
 from normfree.cli import main
 from normfree.cli._output import emit, json_option
-from normfree.cli._studies import board, counts_line, open_store, run_driver, settings_for
+from normfree.cli._studies import (
+    board,
+    counts_line,
+    db_option,
+    open_store,
+    run_driver,
+    settings_for,
+)
 from normfree.cli.leaderboard import board_reliability, print_leaderboard
 
 
@@ -78,13 +85,7 @@ def _human(result: dict[str, Any]) -> None:
 @main.command()
 @click.option("--catalog-only", is_flag=True, help="Only evaluate the catalog; train nothing.")
 @click.option("--quick", is_flag=True, help="Run the study on the tiny smoke-test proxy (seconds).")
-@click.option(
-    "--db",
-    "database_url",
-    default=None,
-    metavar="URL",
-    help="Database URL (default: NORMFREE_DATABASE_URL, else sqlite:///normfree.db).",
-)
+@db_option
 @json_option
 def demo(catalog_only: bool, quick: bool, database_url: str | None, as_json: bool) -> None:
     """Evaluate the catalog, then run a small real property study and print its leaderboard."""

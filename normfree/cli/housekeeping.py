@@ -9,7 +9,8 @@ skips the question, ``--dry-run`` only prints. With ``--json`` there is no quest
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -18,9 +19,22 @@ from normfree.cli._studies import db_option, open_store, settings_for
 from normfree.cli.candidates import candidates
 from normfree.cli.study import study
 
+T = TypeVar("T")
+
 
 def _store(database_url: str | None) -> Any:
     return open_store(settings_for(database_url))
+
+
+def _edit_study(study_id: int, as_json: bool, edit: Callable[[], T]) -> T:
+    """A tag or note edit: an unknown study exits 1, a refused tag or note (``ValueError``,
+    the message says which rule) exits 2 as any bad input does."""
+    try:
+        return edit()
+    except KeyError:
+        fail(f"no study {study_id}", as_json, code=1)
+    except ValueError as exc:
+        fail(str(exc), as_json)
 
 
 def _removal_lines(r: dict[str, Any]) -> list[str]:
@@ -81,12 +95,7 @@ def study_tag(
     """Add TAGS to study STUDY_ID (and remove --remove ones); prints its tags. `normfree study
     list --tag T` lists the studies with a tag."""
     store = _store(database_url)
-    try:
-        held = store.repo.tag_study(study_id, add=tags, remove=remove)
-    except KeyError:
-        fail(f"no study {study_id}", as_json, code=1)
-    except ValueError as exc:
-        fail(str(exc), as_json)
+    held = _edit_study(study_id, as_json, lambda: store.repo.tag_study(study_id, tags, remove))
     emit(
         {"study_id": study_id, "tags": held},
         as_json,
@@ -102,12 +111,7 @@ def study_tag(
 def study_note(study_id: int, text: str, database_url: str | None, as_json: bool) -> None:
     """Set the note of study STUDY_ID to TEXT ("" clears it); shown on its page and in lists."""
     store = _store(database_url)
-    try:
-        note = store.repo.note_study(study_id, text)
-    except KeyError:
-        fail(f"no study {study_id}", as_json, code=1)
-    except ValueError as exc:
-        fail(str(exc), as_json)
+    note = _edit_study(study_id, as_json, lambda: store.repo.note_study(study_id, text))
     emit(
         {"study_id": study_id, "note": note},
         as_json,

@@ -1,4 +1,5 @@
-"""Request bodies the API tests share: one small property study and one one-row reference set.
+"""Request bodies the API tests share: one small property study and one one-row reference set,
+and the CSV import of a reference set (``post_csv``).
 
 One definition, so that a change to the study schema is made once; each test states only what it
 varies (``study(epochs=100)``, ``reference(name="alices")``).
@@ -6,7 +7,12 @@ varies (``study(epochs=100)``, ``reference(name="alices")``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tests.api.conftest import Api
 
 
 def study(**changes: Any) -> dict[str, Any]:
@@ -35,3 +41,9 @@ def reference(name: str = "mine", **changes: Any) -> dict[str, Any]:
         "value_high": 80,
     }
     return {"name": name, "source": "my paper", "rows": [row], **changes}
+
+
+def post_csv(api: Api, path: str, content: str | bytes) -> httpx.Response:
+    """POST ``content`` as ``text/csv`` to ``path`` (``/api/references?name=..&source=..``) with
+    the test's write token: the form a spreadsheet export arrives in."""
+    return api.client.post(path, content=content, headers={**api.auth, "Content-Type": "text/csv"})

@@ -11,6 +11,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -35,6 +36,19 @@ class Api:
     @property
     def repo(self) -> Any:
         return self.app.state.services.repo
+
+
+def internal_error(api: Api, message: str) -> httpx.Response:
+    """``GET /api/studies`` answered while its service raises ``RuntimeError(message)``: what a
+    client sees of any unexpected failure (a 500 from the app's own handler, not a traceback)."""
+    from normfree.api import services
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError(message)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(services, "list_studies", broken)
+        return TestClient(api.app, raise_server_exceptions=False).get("/api/studies")
 
 
 def _drop_optuna_sibling(settings: Settings) -> None:

@@ -35,11 +35,7 @@ def test_import_json_and_csv_with_a_token(api: Api) -> None:
     assert r.status_code == 201, r.text
     assert r.json()["submitter"] == "tester1" and r.json()["n_rows"] == 1
     assert api.client.post("/api/references", json=body, headers=api.auth).status_code == 409
-    r = api.client.post(
-        "/api/references?name=mini&source=S",
-        content=CSV,
-        headers={**api.auth, "Content-Type": "text/csv"},
-    )
+    r = bodies.post_csv(api, "/api/references?name=mini&source=S", CSV)
     assert r.status_code == 201, r.text
     assert r.json()["settings"] == ["mini"]
     names = [i["name"] for i in api.client.get("/api/references").json()["items"]]
@@ -49,18 +45,12 @@ def test_import_json_and_csv_with_a_token(api: Api) -> None:
 def test_bad_rows_are_refused_whole_with_reasons(api: Api) -> None:
     bad = CSV + "mini,vit,accuracy,maximize,0.2,erff,,,80,,\n"
     bad += "mini,vit,accuracy,up,0.2,tanh,,,1,,\n"
-    r = api.client.post(
-        "/api/references?name=bad&source=S",
-        content=bad,
-        headers={**api.auth, "Content-Type": "text/csv"},
-    )
+    r = bodies.post_csv(api, "/api/references?name=bad&source=S", bad)
     assert r.status_code == 422, r.text
     msg = r.json()["message"]
     assert "row 4" in msg and "erff" in msg and "row 5" in msg
     assert api.client.get("/api/references/bad").status_code == 404  # nothing stored
-    r = api.client.post(
-        "/api/references", content=b"\xff\xfe", headers={**api.auth, "Content-Type": "text/csv"}
-    )
+    r = bodies.post_csv(api, "/api/references", b"\xff\xfe")
     assert r.status_code == 422
     r = api.client.post(
         "/api/references", content=b"x", headers={**api.auth, "Content-Type": "text/plain"}

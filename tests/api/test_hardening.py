@@ -16,7 +16,7 @@ import pytest
 
 from normfree.storage import optuna_storage_url
 from tests.api import bodies
-from tests.api.conftest import Api
+from tests.api.conftest import Api, internal_error
 
 STUDY = bodies.study()
 
@@ -148,20 +148,7 @@ def test_config_error_fails_once_and_errors_are_one_public_line(
 
 
 def test_internal_errors_answer_one_line_with_a_reference(api: Api) -> None:
-    from normfree.api import services
-
-    mp = pytest.MonkeyPatch()
-
-    def broken(*_a: Any, **_k: Any) -> Any:
-        raise RuntimeError("secret /srv/path detail")
-
-    from fastapi.testclient import TestClient
-
-    mp.setattr(services, "list_studies", broken)
-    try:
-        r = TestClient(api.app, raise_server_exceptions=False).get("/api/studies")
-    finally:
-        mp.undo()
+    r = internal_error(api, "secret /srv/path detail")
     assert r.status_code == 500
     body = r.json()
     assert body["detail"]["reference"] in body["message"]

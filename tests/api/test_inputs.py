@@ -12,11 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from normfree.api.inputs import MAX_JSON_DEPTH, body_problem, db_int, json_problem
 from tests.api import bodies
-from tests.api.conftest import Api
+from tests.api.conftest import Api, internal_error
 
 STUDY = bodies.study()
 REFERENCE = bodies.reference()
@@ -116,18 +115,10 @@ def test_control_characters_in_write_fields_are_422(both: Api, path: str, body: 
 
 def test_control_characters_in_csv_forms_and_raw_bodies_are_422(both: Api) -> None:
     csv = "setting,family,metric,direction,function,value\ns\x00,vit,accuracy,maximize,tanh,80\n"
-    r = both.client.post(
-        "/api/references?name=mini&source=S",
-        content=csv,
-        headers={**both.auth, "Content-Type": "text/csv"},
-    )
+    r = bodies.post_csv(both, "/api/references?name=mini&source=S", csv)
     _refused(r, "U+0000")
     _refused(
-        both.client.post(
-            "/api/references?name=mini%00&source=S",
-            content=csv.replace("\x00", ""),
-            headers={**both.auth, "Content-Type": "text/csv"},
-        )
+        bodies.post_csv(both, "/api/references?name=mini%00&source=S", csv.replace("\x00", ""))
     )
     form = {"name": "formnul", "formula": "tanh(u)\x00", "token": both.token}
     _refused(both.client.post("/submit", data=form))
@@ -179,18 +170,7 @@ def test_db_int_bounds_text() -> None:
 
 
 def test_a_500_carries_the_security_headers(api: Api) -> None:
-    from normfree.api import services
-
-    mp = pytest.MonkeyPatch()
-
-    def broken(*_a: Any, **_k: Any) -> Any:
-        raise RuntimeError("boom")
-
-    mp.setattr(services, "list_studies", broken)
-    try:
-        r = TestClient(api.app, raise_server_exceptions=False).get("/api/studies")
-    finally:
-        mp.undo()
+    r = internal_error(api, "boom")
     assert r.status_code == 500
     assert r.headers["X-Content-Type-Options"] == "nosniff"
     assert r.headers["X-Frame-Options"] == "DENY"

@@ -17,6 +17,7 @@ import pytest
 from normfree import csvsafe
 from normfree.api import plots
 from normfree.specs import BASELINES, NORM_ALIASES, RESERVED_NAMES
+from tests.api import bodies
 from tests.api.conftest import Api
 
 HOSTILE = '<a href="https://evil.example">x</a><span style="font-size:99px">y</span><b>z</b><br>'
@@ -63,11 +64,7 @@ def test_reference_names_match_whole(api: Api, name: str) -> None:
 
 def test_reference_name_with_a_newline_in_a_csv_query_is_refused(api: Api) -> None:
     csv_text = "setting,family,metric,direction,function,value\ns,vit,accuracy,maximize,tanh,80\n"
-    r = api.client.post(
-        "/api/references?name=published%0A&source=S",
-        content=csv_text,
-        headers={**api.auth, "Content-Type": "text/csv"},
-    )
+    r = bodies.post_csv(api, "/api/references?name=published%0A&source=S", csv_text)
     assert r.status_code == 422
     assert [i["name"] for i in api.client.get("/api/references").json()["items"]] == ["published"]
 
@@ -140,11 +137,7 @@ def test_reference_csv_export_is_neutralised_and_round_trips(api: Api) -> None:
     cells = [c for row in csv.reader(io.StringIO(out.text)) for c in row]
     assert not [c for c in cells if c[:1] in ("=", "+", "@") or c.startswith("-x")], cells
     assert '\'=HYPERLINK("http://evil")' in cells and "shift_h(erf, -0.5)" in cells
-    again = api.client.post(
-        "/api/references?name=again&source=me",
-        content=out.text,
-        headers={**api.auth, "Content-Type": "text/csv"},
-    )
+    again = bodies.post_csv(api, "/api/references?name=again&source=me", out.text)
     assert again.status_code == 201, again.text
     first = api.client.get("/api/references/evil").json()["rows"]
     second = api.client.get("/api/references/again").json()["rows"]
@@ -156,11 +149,7 @@ def test_a_csv_with_a_repeated_column_is_refused(api: Api) -> None:
     text = (
         "setting,family,metric,direction,function,value,value\ns,vit,accuracy,maximize,tanh,80,1\n"
     )
-    r = api.client.post(
-        "/api/references?name=dup&source=S",
-        content=text,
-        headers={**api.auth, "Content-Type": "text/csv"},
-    )
+    r = bodies.post_csv(api, "/api/references?name=dup&source=S", text)
     assert r.status_code == 422 and "more than once" in r.json()["message"], r.text
     assert "value" in r.json()["message"]
     assert api.client.get("/api/references/dup").status_code == 404

@@ -10,9 +10,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from normfree.cli import main
-from normfree.specs import NormSpec, StudySpec, TrialConfig, TrialResult
-from normfree.storage import Database, Repository
 from tests.api.conftest import Api
+from tests.boards import seed_board
 
 # four arms the published set knows (ViT), four paired seeds; the order holds on every seed
 # but the last, where tanh and arctan swap: reliable, not perfectly
@@ -24,25 +23,6 @@ VALUES = {
 }
 
 
-def _seed(url: str) -> int:
-    db = Database(url)
-    db.migrate()
-    repo = Repository(db, max_attempts=3)
-    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", functions=["erf"]))
-    configs = [
-        TrialConfig(proxy="vit-tiny", norm=NormSpec(name=n), seed=s)
-        for n, vs in VALUES.items()
-        for s in range(len(vs))
-    ]
-    repo.add_trials(sid, [(c, {"function": c.norm.name}, None) for c in configs])
-    while (lease := repo.lease_next(sid, "t", 60)) is not None:
-        value = VALUES[lease.config.norm.name][lease.config.seed]
-        result = TrialResult(status="complete", metrics={"val_acc": value}, objective="val_acc")
-        assert repo.finish_trial(lease.id, "t", lease.attempt, result)
-    db.dispose()
-    return sid
-
-
 def _check(rel: dict) -> None:
     assert rel["seeds"] == 4 and rel["arms"] == 4
     assert 0.5 < rel["reliability"] <= 1.0
@@ -51,7 +31,7 @@ def _check(rel: dict) -> None:
 
 
 def test_leaderboard_and_fidelity_show_reliability_over_rest_and_pages(api: Api) -> None:
-    sid = _seed(api.settings.database_url)
+    sid = seed_board(api.settings.database_url, VALUES.items())
     board = api.client.get("/api/leaderboards/vit-tiny").json()
     _check(board["reliability"])
     # the study's board and its fidelity line carry it too
@@ -70,14 +50,7 @@ def test_leaderboard_and_fidelity_show_reliability_over_rest_and_pages(api: Api)
 
 
 def test_a_board_with_one_seed_says_why_it_has_no_reliability(api: Api) -> None:
-    db = Database(api.settings.database_url)
-    repo = Repository(db, max_attempts=3)
-    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", functions=["erf"]))
-    configs = [TrialConfig(proxy="vit-tiny", norm=NormSpec(name=n), seed=0) for n in VALUES]
-    repo.add_trials(sid, [(c, {"function": c.norm.name}, None) for c in configs])
-    while (lease := repo.lease_next(sid, "t", 60)) is not None:
-        result = TrialResult(status="complete", metrics={"val_acc": 0.5}, objective="val_acc")
-        assert repo.finish_trial(lease.id, "t", lease.attempt, result)
+    seed_board(api.settings.database_url, [(n, [0.5]) for n in VALUES])
     rel = api.client.get("/api/leaderboards/vit-tiny").json()["reliability"]
     assert rel["reliability"] is None and "2 seeds" in rel["reason"]
     assert "not measurable" in rel["text"]
@@ -85,7 +58,7 @@ def test_a_board_with_one_seed_says_why_it_has_no_reliability(api: Api) -> None:
 
 def test_cli_leaderboard_and_fidelity_print_reliability(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'rel.db'}"
-    _seed(url)
+    seed_board(url, VALUES.items())
     runner = CliRunner()
     res = runner.invoke(main, ["leaderboard", "--proxy", "vit-tiny", "--db", url, "--json"])
     assert res.exit_code == 0, res.output

@@ -3,29 +3,16 @@ beside 32 readers from the first second after the start."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
 
 
 @pytest.mark.slow
 def test_live_reads_quick(tmp_path: Path) -> None:
-    out = tmp_path / "live_reads-quick.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_live_reads.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    last = json.loads(proc.stdout.strip().splitlines()[-1])  # one JSON object, last line
-    assert json.loads(out.read_text()) == last
+    last = run_quick("bench_live_reads.py", tmp_path / "live_reads-quick.json")
     assert set(last["reads"]) == {"leaderboard", "leaderboard_page", "study", "study_page", "trial"}
     for name, figures in last["reads"].items():
         assert figures["errors"] == 0, (name, figures)

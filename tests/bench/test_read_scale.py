@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick import run_quick
 
 
 @pytest.mark.slow
 def test_read_scale_quick(tmp_path: Path) -> None:
-    out = tmp_path / "read_scale_quick.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_read_scale.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    last = json.loads(proc.stdout.strip().splitlines()[-1])  # one JSON object, last line
-    assert json.loads(out.read_text()) == last
+    last = run_quick("bench_read_scale.py", tmp_path / "read_scale_quick.json")
     run = last["runs"]["sqlite"]["scales"]["300"]
     assert run["seeding"]["trials"] >= 300
     names = {

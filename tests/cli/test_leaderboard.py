@@ -8,30 +8,16 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from normfree.cli import main
-from normfree.specs import NormSpec, StudySpec, TrialConfig, TrialResult
-from normfree.storage import Database, Repository
+from normfree.specs import NormSpec
+from tests.boards import seed_board
 
 
 def _board_db(path: Path) -> str:
     """erf (a catalog function: no candidate row), a stored user function and LayerNorm."""
     url = f"sqlite:///{path}"
-    db = Database(url)
-    db.migrate()
-    repo = Repository(db, max_attempts=3)
-    repo.upsert_candidate({"name": "mine", "group": "user", "properties": {"odd": True}})
-    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", functions=["erf"]))
-    values = {"erf": [0.9, 0.92], "mine": [0.5, 0.52], "layernorm": [0.8, 0.81]}
-    configs = [
-        TrialConfig(proxy="vit-tiny", norm=NormSpec(name=n), seed=s)
-        for n, vs in values.items()
-        for s in range(len(vs))
-    ]
-    repo.add_trials(sid, [(c, {"function": c.norm.name}, None) for c in configs])
-    while (lease := repo.lease_next(sid, "t", 60)) is not None:
-        value = values[lease.config.norm.name][lease.config.seed]
-        result = TrialResult(status="complete", metrics={"val_acc": value}, objective="val_acc")
-        assert repo.finish_trial(lease.id, "t", lease.attempt, result)
-    db.dispose()
+    arms = {"erf": [0.9, 0.92], "mine": [0.5, 0.52], "layernorm": [0.8, 0.81]}
+    mine = {"name": "mine", "group": "user", "properties": {"odd": True}}
+    seed_board(url, arms.items(), candidates=[mine])
     return url
 
 
@@ -58,28 +44,13 @@ def _arms_db(path: Path) -> str:
     """erf (two seeds), shift_h(erf, 0) (a third seed: the same function), erf with alpha0=1
     (an option arm), layernorm."""
     url = f"sqlite:///{path}"
-    db = Database(url)
-    db.migrate()
-    repo = Repository(db, max_attempts=3)
-    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", functions=["erf"]))
     arms = [
         (NormSpec(name="erf"), [0.9, 0.91]),
         (NormSpec(name="shift_h(erf, 0)"), [0.7, 0.72, 0.93]),
         (NormSpec(name="erf", alpha0=1.0), [0.6, 0.62]),
         (NormSpec(name="layernorm"), [0.8, 0.81]),
     ]
-    values = {}
-    for norm, vs in arms:
-        for seed, v in enumerate(vs):
-            config = TrialConfig(proxy="vit-tiny", norm=norm, seed=seed)
-            values[config.key()] = v
-            repo.add_trials(sid, [(config, {"function": norm.name}, None)])
-    while (lease := repo.lease_next(sid, "t", 60)) is not None:
-        result = TrialResult(
-            status="complete", metrics={"val_acc": values[lease.config.key()]}, objective="val_acc"
-        )
-        assert repo.finish_trial(lease.id, "t", lease.attempt, result)
-    db.dispose()
+    seed_board(url, arms)
     return url
 
 

@@ -1,4 +1,4 @@
-"""Records and steps shared by the repository contract suites (repository, leaderboard)."""
+"""Records and steps shared by the repository contract suites (repository, trials, leaderboard)."""
 
 from __future__ import annotations
 

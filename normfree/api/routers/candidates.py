@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -21,6 +22,7 @@ from normfree.api.deps import (
     check_principal,
 )
 from normfree.api.errors import ErrorBody
+from normfree.api.routers import add_action
 from normfree.api.schemas import (
     ArchiveState,
     CandidateCreate,
@@ -243,28 +245,30 @@ def delete_candidate(
     return housekeeping.delete_candidate(state, name, who, dry_run=dry_run)
 
 
-def _archive(archived: bool):
+def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, name: StoredName) -> ArchiveState:
         return housekeeping.archive_candidate(state, name, who, archived=archived)
 
-    route.__name__ = "archive_candidate" if archived else "unarchive_candidate"
-    route.__doc__ = (
-        "Hide a stored candidate from the list (``?archived=true`` shows it); studies and "
-        "leaderboards that ran it are unchanged."
-        if archived
-        else "Show an archived candidate in the list again."
-    )
     return route
 
 
-for _archived, _verb in ((True, "archive"), (False, "unarchive")):
-    router.add_api_route(
+for _archived, _verb, _doc in (
+    (
+        True,
+        "archive",
+        "Hide a stored candidate from the list (``?archived=true`` shows it); studies and "
+        "leaderboards that ran it are unchanged.",
+    ),
+    (False, "unarchive", "Show an archived candidate in the list again."),
+):
+    add_action(
+        router,
         f"/{{name}}/{_verb}",
         _archive(_archived),
-        methods=["POST"],
+        name=f"{_verb}_candidate",
+        doc=_doc,
         response_model=ArchiveState,
         responses=_OWNED,
-        name=f"{_verb}_candidate",
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -19,6 +20,7 @@ from normfree.api.deps import (
     WritePrincipal,
 )
 from normfree.api.errors import ApiError, ErrorBody
+from normfree.api.routers import add_action
 from normfree.api.schemas import (
     ArchiveState,
     ArmList,
@@ -193,28 +195,30 @@ def list_study_arms(
     return ArmList(study_id=study_id, count=len(cells), items=cells)
 
 
-def _control(action: str):
+def _control(action: str) -> Callable[..., StudyPublic]:
     def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyPublic:
         return services.control_study(state, study_id, action, who)
 
-    route.__name__ = f"{action}_study"
-    route.__doc__ = {
-        "pause": "Pause: no new trials start; running ones stop at their next epoch report and "
-        "go back to waiting.",
-        "resume": "Resume a paused study (it is driven in the background again).",
-        "cancel": "Cancel: waiting trials are dropped, running ones stop at their next report.",
-    }[action]
     return route
 
 
-for _action in ("pause", "resume", "cancel"):
-    router.add_api_route(
+for _action, _doc in (
+    (
+        "pause",
+        "Pause: no new trials start; running ones stop at their next epoch report and "
+        "go back to waiting.",
+    ),
+    ("resume", "Resume a paused study (it is driven in the background again)."),
+    ("cancel", "Cancel: waiting trials are dropped, running ones stop at their next report."),
+):
+    add_action(
+        router,
         f"/{{study_id}}/{_action}",
         _control(_action),
-        methods=["POST"],
+        name=f"{_action}_study",
+        doc=_doc,
         response_model=StudyPublic,
         responses=_CONTROL,
-        name=f"{_action}_study",
     )
 
 
@@ -251,53 +255,56 @@ def patch_study(
     return housekeeping.patch_study(state, study_id, data, who)
 
 
-def _archive(archived: bool):
+def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> ArchiveState:
         return housekeeping.archive_study(state, study_id, who, archived=archived)
 
-    route.__name__ = "archive_study" if archived else "unarchive_study"
-    route.__doc__ = (
-        "Archive a finished study: it leaves lists and leaderboards (``?archived=true`` shows "
-        "it), every row kept."
-        if archived
-        else "Restore an archived study to lists and leaderboards."
-    )
     return route
 
 
-def _archive_arm(archived: bool):
+def _archive_arm(archived: bool) -> Callable[..., ArchiveState]:
     def route(
         state: StateDep, who: WritePrincipal, study_id: IdPath, arm_key: ArmPath
     ) -> ArchiveState:
         return housekeeping.archive_arm(state, study_id, arm_key, who, archived=archived)
 
-    route.__name__ = "archive_arm" if archived else "unarchive_arm"
-    route.__doc__ = (
-        "Take one arm of the study (a cell's ``arm_keys``) off the leaderboards; the study "
-        "still shows it, marked archived."
-        if archived
-        else "Put an archived arm of the study back on the leaderboards."
-    )
     return route
 
 
-for _archived, _verb in ((True, "archive"), (False, "unarchive")):
-    router.add_api_route(
-        f"/{{study_id}}/{_verb}",
-        _archive(_archived),
-        methods=["POST"],
-        response_model=ArchiveState,
-        responses=_CONTROL,
-        name=f"{_verb}_study",
-    )
-    router.add_api_route(
-        f"/{{study_id}}/arms/{{arm_key}}/{_verb}",
-        _archive_arm(_archived),
-        methods=["POST"],
-        response_model=ArchiveState,
-        responses=_CONTROL,
-        name=f"{_verb}_arm",
-    )
+for _archived, _verb, _study_doc, _arm_doc in (
+    (
+        True,
+        "archive",
+        "Archive a finished study: it leaves lists and leaderboards (``?archived=true`` shows "
+        "it), every row kept.",
+        "Take one arm of the study (a cell's ``arm_keys``) off the leaderboards; the study "
+        "still shows it, marked archived.",
+    ),
+    (
+        False,
+        "unarchive",
+        "Restore an archived study to lists and leaderboards.",
+        "Put an archived arm of the study back on the leaderboards.",
+    ),
+):
+    for _path, _route, _name, _doc in (
+        (f"/{{study_id}}/{_verb}", _archive(_archived), f"{_verb}_study", _study_doc),
+        (
+            f"/{{study_id}}/arms/{{arm_key}}/{_verb}",
+            _archive_arm(_archived),
+            f"{_verb}_arm",
+            _arm_doc,
+        ),
+    ):
+        add_action(
+            router,
+            _path,
+            _route,
+            name=_name,
+            doc=_doc,
+            response_model=ArchiveState,
+            responses=_CONTROL,
+        )
 
 
 @router.delete("/{study_id}/arms/{arm_key}", response_model=StudyDeleted, responses=_CONTROL)

@@ -27,6 +27,7 @@ def check_rescorable(source: str, proxy: str) -> tuple[int, int]:
         direction=dst.direction,  # how a score is read, not how the run trains
         description=dst.description,
         calibration=dst.calibration,  # the record of its own fidelity check, not its training
+        epoch_cost=dst.epoch_cost,  # a measurement of its speed, not how it trains
     )
     if same != dst or not dst.objective.startswith("heldout_"):
         raise ValueError(f"{proxy} does not train exactly as {source}: its runs cannot be rescored")

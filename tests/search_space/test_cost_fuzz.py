@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from normfree.search_space import ExpressionError, parse
 from normfree.search_space._parser import U
 from normfree.kernels._codegen import c_source
@@ -36,7 +36,10 @@ for text in json.load(sys.stdin):
     except (ExpressionError, RecursionError) as exc:
         outcomes.append("refused")
     slowest = max(slowest, time.perf_counter() - t0)
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM is this program image's own peak: ru_maxrss survives execve, so in a child of a large
+# test process it reports the parent's size at the fork, not what the parsing used
+with open("/proc/self/status") as status:
+    rss_mb = next(int(l.split()[1]) for l in status if l.startswith("VmHWM:")) / 1024
 print(json.dumps({"slowest_s": slowest, "rss_mb": rss_mb, "outcomes": outcomes}))
 """
 

@@ -64,6 +64,12 @@ COMMAND = [
 ]  # fmt: skip
 
 
+def _command(run: int) -> list[str]:
+    command = list(COMMAND)
+    command[command.index("--values") + 1] = str(run / 1000)
+    return command
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -78,13 +84,16 @@ def _stamp(text: str | None) -> float | None:
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
-def run_study(db: Path, **env: str) -> dict[str, Any]:
-    """One study command, timed from just before it starts, from the rows it wrote."""
+def run_study(db: Path, run: int, **env: str) -> dict[str, Any]:
+    """One study command, timed from just before it starts, from the rows it wrote.
+
+    Each run shifts by its own value (``run / 1000``): a study identical to an earlier one reuses
+    that study's finished trial instead of training (workers reuse), and would time nothing."""
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "normfree", *COMMAND, "--db", f"sqlite:///{db}"],
+        [sys.executable, "-m", "normfree", *_command(run), "--db", f"sqlite:///{db}"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -187,11 +196,11 @@ def main() -> None:
             env=_env(),
         )
         cold = [
-            run_study(db, NORMFREE_SHARE_LOCAL_CLUSTER="false")
-            for _ in range(0 if a.quick else runs)
+            run_study(db, k, NORMFREE_SHARE_LOCAL_CLUSTER="false")
+            for k in range(0 if a.quick else runs)
         ]
         with server(db, a.port) as serve_ready_s:
-            warm = [run_study(db) for _ in range(runs)]
+            warm = [run_study(db, runs + k) for k in range(runs)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out = {

@@ -126,10 +126,31 @@ def create_study(
     process killed in between leaves a ``creating`` study that the next start removes with its
     Optuna study (:func:`recover_creations`). ``owner_token_id``: the API token creating it.
     """
+    if store is not None:
+        return _create_study(
+            spec, settings or get_settings(), store, validated, request, owner_token_id
+        )
     settings = settings or get_settings()
-    store = store or TrialStore(
+    # a handle opened for this one creation is closed with it: the API creates studies in its
+    # thread pool, and undisposed engines kept their connections until the garbage collector
+    # ran (three engines a study; PostgreSQL refused clients past its 100)
+    own = TrialStore(
         settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
     )
+    try:
+        return _create_study(spec, settings, own, validated, request, owner_token_id)
+    finally:
+        own.close()
+
+
+def _create_study(
+    spec: StudySpec,
+    settings: Settings,
+    store: TrialStore,
+    validated: bool,
+    request: bool,
+    owner_token_id: int | None,
+) -> int:
     store.migrate()
     if not validated:  # the one validation (as REST's), with this database's stored names
         spec = prepare(spec, stored_names(store.repo), request=request)

@@ -247,7 +247,7 @@ def delete_candidate(
 
 def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, name: StoredName) -> ArchiveState:
-        return housekeeping.archive_candidate(state, name, who, archived=archived)
+        return housekeeping.archive(state, "candidate", name, who, archived=archived)
 
     return route
 

@@ -257,7 +257,7 @@ def patch_study(
 
 def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> ArchiveState:
-        return housekeeping.archive_study(state, study_id, who, archived=archived)
+        return housekeeping.archive(state, "study", study_id, who, archived=archived)
 
     return route
 

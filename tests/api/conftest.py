@@ -107,3 +107,18 @@ def seeded(api: Api) -> Seeded:
     out = seed_property_study(api.settings)
     wait_for_analyses(api)
     return out
+
+
+@pytest.fixture
+def half_finished(make_api: Callable[..., Api], database_url: str) -> tuple[Api, int]:
+    """An app over a study of erf and LayerNorm (2 seeds) with 2 of its 4 trials finished, and
+    its analyses done (else a finishing analysis would change the boards' ETags too); with the
+    study's id."""
+    from normfree.specs import NormSpec
+    from tests.api.test_reads import _finish, _study
+
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="layernorm")])
+    _finish(api.repo, sid, limit=2)
+    wait_for_analyses(api)
+    return api, sid

@@ -38,16 +38,22 @@ class Api:
         return self.app.state.services.repo
 
 
+def raising(exc: Exception) -> Callable[..., Any]:
+    """A stand-in for a function that fails: it raises ``exc`` whatever it is called with."""
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise exc
+
+    return broken
+
+
 def internal_error(api: Api, message: str) -> httpx.Response:
     """``GET /api/studies`` answered while its service raises ``RuntimeError(message)``: what a
     client sees of any unexpected failure (a 500 from the app's own handler, not a traceback)."""
     from normfree.api import services
 
-    def broken(*_a: Any, **_k: Any) -> Any:
-        raise RuntimeError(message)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(services, "list_studies", broken)
+        mp.setattr(services, "list_studies", raising(RuntimeError(message)))
         return TestClient(api.app, raise_server_exceptions=False).get("/api/studies")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from normfree.settings import Settings
 from normfree.testing.live import live_server, run_cli
 from normfree.testing.seeding import seed_property_study
+from tests.api import bodies
 from tests.api.browser import CHROMIUM, FLAGS, chromium, need_chromium
 
 pytestmark = pytest.mark.browser
@@ -29,11 +31,7 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
 
     url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
     seeded = seed_property_study(Settings(database_url=url_db), real_trials=1)
-    made = run_cli(["token", "create", "browser", "--json"], url_db)
-    assert made.returncode == 0, made.stderr
-    token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    token, shots = _token_and_shots(url_db, tmp_path)
 
     with live_server(url_db, "--no-run-studies") as base, chromium(tmp_path, base) as tab:
         page, errors, outside = tab.page, tab.errors, tab.outside
@@ -95,11 +93,7 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
 
         # Submit a formula through the form.
         page.goto(base + "submit")
-        page.fill("#name", "browsersquash")
-        page.fill("#formula", "u/sqrt(1+u**2/4)")
-        page.fill("#description", "isru, wider")
-        page.fill("#token", token)
-        page.click("#submit-button")
+        _submit(page, "browsersquash", "u/sqrt(1+u**2/4)", token, description="isru, wider")
         page.wait_for_selector("#submit-result")
         result = page.locator("#submit-result").inner_text()
         assert "Stored" in result and "browsersquash" in result
@@ -111,24 +105,13 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
 
         # A wrong token in the form is refused with the reason, not a stack trace.
         page.goto(base + "submit")
-        page.fill("#name", "nope")
-        page.fill("#formula", "tanh(u)")
-        page.fill("#token", "nf_wrong")
-        page.click("#submit-button")
+        _submit(page, "nope", "tanh(u)", "nf_wrong")
         page.wait_for_selector("#submit-error")
         assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
 
         # Live progress: a study created through the API, its trials finished by a "worker"
         # (this process, through the repository) while the page is open; the page polls.
-        body = {
-            "kind": "property",
-            "proxy": "vit-tiny",
-            "functions": ["erf"],
-            "transform": "shift_v",
-            "values": [0, 0.5],
-            "seeds": 1,
-            "epochs": 1,
-        }
+        body = bodies.study(transform="shift_v", values=[0, 0.5])
         created = page.request.post(
             base + "api/studies", data=body, headers={"Authorization": f"Bearer {token}"}
         )
@@ -166,6 +149,25 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
 
         assert not errors, errors
         assert not outside, outside
+
+
+def _submit(page: Any, name: str, formula: str, token: str, description: str = "") -> None:
+    """Fill the submit form as a person would and send it."""
+    page.fill("#name", name)
+    page.fill("#formula", formula)
+    if description:
+        page.fill("#description", description)
+    page.fill("#token", token)
+    page.click("#submit-button")
+
+
+def _token_and_shots(url_db: str, tmp_path: Path) -> tuple[str, Path]:
+    """A write token made by the CLI, and the folder the screenshots go to."""
+    made = run_cli(["token", "create", "browser", "--json"], url_db)
+    assert made.returncode == 0, made.stderr
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    return json.loads(made.stdout.strip().splitlines()[-1])["token"], shots
 
 
 def _finish_all(database_url: str, study_id: int, limit: int | None = None) -> None:
@@ -237,11 +239,7 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
     url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
     seeded = seed_property_study(Settings(database_url=url_db))
     search = seed_search_study(Settings(database_url=url_db))
-    made = run_cli(["token", "create", "browser", "--json"], url_db)
-    assert made.returncode == 0, made.stderr
-    token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    token, shots = _token_and_shots(url_db, tmp_path)
 
     with live_server(url_db, "--no-run-studies") as base, chromium(tmp_path, base) as tab:
         page, errors, outside, ctx = tab.page, tab.errors, tab.outside, tab.ctx
@@ -301,10 +299,7 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
 
         # The submit form keeps the token in this tab across sends and pages ...
         page.goto(base + "submit")
-        page.fill("#name", "keeper")
-        page.fill("#formula", "u +")  # refused (422), the token was fine
-        page.fill("#token", token)
-        page.click("#submit-button")
+        _submit(page, "keeper", "u +", token)  # refused (422), the token was fine
         page.wait_for_selector("#submit-error")
         assert page.input_value("#token") == token  # the re-shown form has it back
         page.goto(base + "submit")
@@ -317,20 +312,14 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
         other.close()
         assert not any(token in ck["value"] for ck in ctx.cookies())
         # a refused token is forgotten
-        page.fill("#name", "nope")
-        page.fill("#formula", "tanh(u)")
-        page.fill("#token", "nf_wrong")
-        page.click("#submit-button")
+        _submit(page, "nope", "tanh(u)", "nf_wrong")
         page.wait_for_selector("#submit-error")
         assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
         assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
         page.goto(base + "submit")
         assert page.input_value("#token") == ""
         # and "forget" clears a kept one
-        page.fill("#name", "keeper")
-        page.fill("#formula", "u +")
-        page.fill("#token", token)
-        page.click("#submit-button")
+        _submit(page, "keeper", "u +", token)
         page.wait_for_selector("#submit-error")
         page.click("#forget-token")
         assert page.input_value("#token") == ""

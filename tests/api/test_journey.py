@@ -192,6 +192,11 @@ def _pages(tab: Tab, base: str, ids: dict[str, int], shots: Path) -> None:
     doomed = [r for r in results if "vit-tiny" in r]
     assert doomed and all("not ranked" in r for r in doomed), doomed
     assert not any("worse" in r for r in doomed), doomed
+    # ... and the function's own page lists the failed transform among those built on it
+    visit(f"candidates/{NAME}", "candidate-after-failure")
+    built = page.locator("#derived + p + table tbody tr").all_inner_texts()
+    failed = [r for r in built if f"shift_v({NAME}, 0.25)" in r]
+    assert failed and all("not ranked" in r for r in failed), built
     assert not errors, errors
     del studies
 

@@ -162,6 +162,31 @@ class Client:
     def cancel(self, study_id: int) -> dict[str, Any]:
         return self._request("POST", f"/api/studies/{int(study_id)}/cancel").json()
 
+    # -- candidates -------------------------------------------------------------------------
+
+    def submit_candidate(self, name: str, formula: str) -> dict[str, Any]:
+        """Store f(u) = ``formula`` under ``name`` (a write token): its canonical form,
+        properties and prescreen, or ``duplicate_of`` when it is a known function (then
+        nothing is stored). A formula the parser refuses is a 422 ``ClientError``."""
+        return self._request(
+            "POST", "/api/candidates", json={"name": name, "formula": formula}
+        ).json()
+
+    def candidates(
+        self,
+        *,
+        source: Literal["catalog", "user"] | None = None,
+        group: str | None = None,
+        q: str | None = None,
+        archived: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The catalog and stored candidates (only ``source``, ``group``, names containing
+        ``q``; archived ones too with ``archived``)."""
+        found = self._get(
+            "/api/candidates", source=source, group=group, q=q, archived=archived or None
+        )
+        return list(found["items"])
+
     # -- housekeeping ---------------------------------------------------------------------------
     # What ``normfree study tag|note|archive|delete`` and ``normfree candidates archive|delete``
     # do, over the API: a token (its owner's, or an admin one) and the server's own checks.

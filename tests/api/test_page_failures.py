@@ -177,3 +177,26 @@ def test_a_failing_part_is_named_and_logged(
     assert "Could not show the leaderboard&#39;s plot (ValueError [ref " in r.text
     logged = [rec for rec in caplog.records if "could not show" in rec.getMessage()]
     assert logged and logged[0].exc_info is not None
+
+
+def test_a_functions_page_shows_its_transforms_failed_ones_too(api: Api) -> None:
+    """A property study of f trains only transforms of f: f's page lists them apart from its own
+    results, each linked to its page, a failed one unranked with its reason; erf's primitive in
+    another formula (``erf(u) + u``) is not built on the candidate erf."""
+    arms = {
+        "tanh": "complete",
+        "shift_v(tanh, 0.5)": "complete",
+        "shift_h(tanh, 3)": "diverged",
+        "erf": "complete",
+        "erf(u)+u": "complete",
+    }
+    store_arms(api.repo, arms, seeds=2)
+    page = api.client.get("/candidates/tanh", headers=HTML).text
+    own, derived = page.split("Results across proxies", 1)[1].split('id="derived"', 1)
+    assert "shift_v" not in own and "shift_h" not in own
+    assert esc("shift_v(tanh, 0.5)") in derived and esc("shift_h(tanh, 3)") in derived
+    assert "not ranked" in derived and "diverged (2 of 2 trials)" in derived
+    assert 'href="/candidates/shift_h(tanh,%203)"' in derived or "/candidates/shift_h" in derived
+    assert "erf" not in derived
+    erf = api.client.get("/candidates/erf", headers=HTML).text
+    assert 'id="derived"' not in erf  # nothing is built on erf here

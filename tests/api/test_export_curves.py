@@ -5,7 +5,6 @@ where the server runs), a real seeded study."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from normfree.api import export
 from normfree.storage.models import TrialMetricRow
 from normfree.testing.seeding import seed_property_study
 from tests.api.conftest import Api
+from tests.api.test_export import _frame
 
 COLUMNS = list(export.CURVE_COLUMNS)
 
@@ -31,14 +31,8 @@ def study(make_api: Callable[..., Api], database_url: str) -> tuple[Api, int]:
     return api, seed_property_study(api.settings).study_id
 
 
-def _frame(api: Api, sid: int, fmt: str, **params: Any) -> pd.DataFrame:
-    r = api.client.get(f"/api/studies/{sid}/curves", params={**params, "format": fmt})
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith(export.MEDIA_TYPES[fmt].split(";")[0])
-    assert f'.{fmt}"' in r.headers["content-disposition"]
-    if fmt == "csv":
-        return pd.read_csv(io.BytesIO(r.content))
-    return pd.read_parquet(io.BytesIO(r.content))
+def _curves(api: Api, sid: int, fmt: str, **params: Any) -> pd.DataFrame:
+    return _frame(api, f"/api/studies/{sid}/curves", fmt, **params)
 
 
 def _expected(trial: dict[str, Any]) -> list[tuple[int, int, str, float]]:
@@ -55,7 +49,7 @@ def _expected(trial: dict[str, Any]) -> list[tuple[int, int, str, float]]:
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_curves_round_trip(study: tuple[Api, int], fmt: str) -> None:
     api, sid = study
-    df = _frame(api, sid, fmt)
+    df = _curves(api, sid, fmt)
     assert list(df.columns) == COLUMNS
     ids = [t["id"] for t in api.client.get(f"/api/studies/{sid}/trials").json()["items"]]
     assert sorted(set(df["trial_id"])) == ids  # every trial has a curve (the diverged one too)
@@ -83,7 +77,7 @@ def test_curves_of_chosen_trials_and_errors(study: tuple[Api, int]) -> None:
     api, sid = study
     c = api.client
     ids = [t["id"] for t in c.get(f"/api/studies/{sid}/trials").json()["items"]]
-    one = _frame(api, sid, "csv", trials=str(ids[1]))
+    one = _curves(api, sid, "csv", trials=str(ids[1]))
     assert set(one["trial_id"]) == {ids[1]}
     r = c.get(f"/api/studies/{sid}/curves", params={"trials": str(ids[1])})
     assert f'curves-trial-{ids[1]}.csv"' in r.headers["content-disposition"]  # csv by default

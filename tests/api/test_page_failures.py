@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from markupsafe import escape
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, raising
 from tests.api.test_page_names import PROXY, store_arms
 
 HTML = {"Accept": "text/html"}
@@ -167,10 +167,7 @@ def test_a_failing_part_is_named_and_logged(
 ) -> None:
     from normfree.api import plots
 
-    def broken(*_a: object, **_k: object) -> None:
-        raise ValueError("a value plotly cannot draw")
-
-    monkeypatch.setattr(plots, "leaderboard_figure", broken)
+    monkeypatch.setattr(plots, "leaderboard_figure", raising(ValueError("plotly cannot draw it")))
     with caplog.at_level(logging.ERROR, logger="normfree.api.routers.pages"):
         r = api.client.get(f"/?proxy={PROXY}", headers=HTML)
     assert r.status_code == 200 and 'id="leaderboard"' in r.text

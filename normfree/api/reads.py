@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import lines, services
+from normfree.api import lines, search_importance, services
 from normfree.api import schemas as S
 from normfree.api.errors import not_found
 from normfree.storage import reads
@@ -224,7 +224,9 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
     line = lines.LINES.stamp(lines.study_target(state, study_id))
-    return (("study", study_id), (stamp, active, versions, line))
+    # a refresh of a search's importance (shown by a generate study's report) moves it too
+    imp = search_importance.landed(state, study_id)
+    return (("study", study_id), (stamp, active, versions, line, imp))
 
 
 def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:

@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from normfree.fidelity.published import NAME as BUILTIN_NAME
 from normfree.fidelity.published import published
-from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, cell_key, norm_cell_key
+from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, norm_cell_key
 from normfree.fidelity.report import ProxyTrial, fd_score
 from normfree.specs import TRAINED_STATUSES, NormSpec, TrialConfig
 from normfree.storage import aggregates
@@ -82,7 +82,7 @@ def _check_owner(row: ReferenceSetRow, owner_token_id: int | None, admin: bool) 
     )
 
 
-def _row_values(set_id: int, position: int, r: ReferenceRow) -> dict[str, Any]:
+def _row_values(set_id: int, position: int, r: ReferenceRow, key: str) -> dict[str, Any]:
     return {
         "set_id": set_id,
         "position": position,
@@ -94,7 +94,7 @@ def _row_values(set_id: int, position: int, r: ReferenceRow) -> dict[str, Any]:
         "function": r.cell.function,
         "shift": r.cell.shift,
         "alpha": r.cell.alpha,
-        "cell_key": cell_key(r.cell),
+        "cell_key": key,
         "value_low": r.value_low,
         "value_high": r.value_high,
         "failed": r.failed,
@@ -199,7 +199,10 @@ class ReferenceStore:
                 raise ReferenceExists(f"reference set {ref.name!r} exists") from None
             s.execute(
                 ReferenceEntryRow.__table__.insert(),
-                [_row_values(row.id, i, r) for i, r in enumerate(ref.rows)],
+                [
+                    _row_values(row.id, i, r, key)
+                    for i, (r, key) in enumerate(zip(ref.rows, ref.cell_keys(), strict=True))
+                ],
             )
             aggregates.bump(s, READ_SCOPE)
             return _set_dict(row, len(ref.rows), ref.settings())

@@ -25,15 +25,7 @@ import re
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from normfree import csvsafe
 from normfree.specs import BASELINES, expand_alias, operator_label
@@ -166,11 +158,6 @@ class ReferenceSet(_Model):
     source: str = Field(min_length=1, max_length=4000)  # the citation(s)
     description: str = Field(default="", max_length=4000)
     rows: list[ReferenceRow] = Field(min_length=1, max_length=MAX_ROWS)
-    # Each row's cell_key, in order, as the validation computed them (formula parses): a set
-    # parsed in a worker process (api.offload) brings them along, so the server stores it
-    # without parsing again (sympy holds the GIL: a second for a few long formulas, during
-    # which the event loop waited for it at every switch; bench/results/hostile-quick.md).
-    _cell_keys: tuple[str, ...] | None = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -187,7 +174,6 @@ class ReferenceSet(_Model):
         errors: list[str] = []
         first: dict[str, tuple[int, ReferenceRow]] = {}
         seen: dict[tuple[str, str], int] = {}
-        keys: list[str] = []
         for i, row in enumerate(self.rows, start=1):
             if row.setting in first:
                 j, ref = first[row.setting]
@@ -210,17 +196,9 @@ class ReferenceSet(_Model):
                     f"(first at row {seen[(row.setting, key)]})"
                 )
             seen.setdefault((row.setting, key), i)
-            keys.append(key)
         if errors:
             raise ValueError("; ".join(errors[:20]) + (" ..." if len(errors) > 20 else ""))
-        self._cell_keys = tuple(keys)
         return self
-
-    def cell_keys(self) -> tuple[str, ...]:
-        """Each row's :func:`cell_key`, in order (computed by the validation)."""
-        if self._cell_keys is None:  # a set built without validation (``model_construct``)
-            self._cell_keys = tuple(cell_key(r.cell) for r in self.rows)
-        return self._cell_keys
 
     def digest(self) -> str:
         """A hash of the set's content (caches key reports on it)."""

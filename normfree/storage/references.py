@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from normfree.fidelity.published import NAME as BUILTIN_NAME
 from normfree.fidelity.published import published
-from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, norm_cell_key
+from normfree.fidelity.reference import Cell, ReferenceRow, ReferenceSet, cell_key, norm_cell_key
 from normfree.fidelity.report import ProxyTrial, fd_score
 from normfree.specs import TRAINED_STATUSES, NormSpec, TrialConfig
 from normfree.storage import aggregates
@@ -161,14 +161,22 @@ class ReferenceStore:
         builtin: bool = False,
         owner_token_id: int | None = None,
         admin: bool = True,
+        cell_keys: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Store ``ref`` (validated) in one transaction; returns its summary.
+
+        ``cell_keys``: each row's :func:`cell_key`, when the caller has them (a set parsed in a
+        worker process, ``api.offload``): computing one parses the row's formula, which in the
+        server's process holds the GIL (a second for a few long formulas).
 
         ``ReferenceExists`` when the name is taken and ``replace`` is False; the built-in set
         can only be replaced by :meth:`ensure_builtin`. ``owner_token_id``: the token importing
         it (recorded); replacing a set of another token raises ``ReferenceForbidden`` unless
         ``admin`` (the default: the CLI and internal callers).
         """
+        keys = list(cell_keys) if cell_keys is not None else [cell_key(r.cell) for r in ref.rows]
+        if len(keys) != len(ref.rows):
+            raise ValueError(f"{len(keys)} cell keys for {len(ref.rows)} rows")
         if builtin:
             _BUILTIN_CURRENT.pop(self.db, None)
         with self.db.session() as s:
@@ -200,8 +208,8 @@ class ReferenceStore:
             s.execute(
                 ReferenceEntryRow.__table__.insert(),
                 [
-                    _row_values(row.id, i, r, key)
-                    for i, (r, key) in enumerate(zip(ref.rows, ref.cell_keys(), strict=True))
+                    _row_values(row.id, i, r, k)
+                    for i, (r, k) in enumerate(zip(ref.rows, keys, strict=True))
                 ],
             )
             aggregates.bump(s, READ_SCOPE)

@@ -11,9 +11,11 @@ import concurrent.futures
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
 from normfree.api import fidelity
 from normfree.settings import Settings
+from normfree.storage.models import ReferenceEntryRow, ReferenceSetRow
 from normfree.testing.live import live_server
 from normfree.testing.seeding import seed_property_study
 from tests.api.flood import HEALTH_LIMIT_S, health_during_flood
@@ -155,6 +157,14 @@ def test_an_import_parsed_in_a_worker_is_stored_without_parsing_again(
     assert any(s.pid for s in api.app.state.offload.slots)  # a worker process parsed them
     monkeypatch.undo()
     # the stored keys are the ones the server would have computed
-    stored = fidelity._store(api.app.state.services).get("keys-travel")
-    assert stored is not None
-    assert stored.cell_keys() == tuple(reference.cell_key(row.cell) for row in stored.rows)
+    with api.app.state.services.db.read() as conn:
+        stored = conn.execute(
+            select(ReferenceEntryRow.function, ReferenceEntryRow.cell_key)
+            .join(ReferenceSetRow, ReferenceSetRow.id == ReferenceEntryRow.set_id)
+            .where(ReferenceSetRow.name == "keys-travel")
+            .order_by(ReferenceEntryRow.position)
+        ).all()
+    assert [f for f, _k in stored] == formulas
+    assert [k for _f, k in stored] == [
+        reference.cell_key(reference.Cell(function=f)) for f in formulas
+    ]

@@ -36,6 +36,8 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from itertools import cycle, islice, repeat
 from typing import Any
 from urllib.parse import urlparse
 
@@ -87,8 +89,19 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
         "n_trials": 2000, "extra_seeds_for_top": 10, "params": {"top_arms": 100},
     }  # fmt: skip
     round_ = 0
+    # The parallel GETs share one anonymous client: still 20 requests at once, each on a
+    # connection of its own (no keep-alive), from one peer, without a token. A client per
+    # request (``httpx.get``) built an SSL context each time, ~45 ms of this process's CPU for a
+    # plain-HTTP request: 40 a round in 20 threads took a core or more for a second, and on a
+    # 2-core machine the server's event loop waited for its turn on a CPU (health 200-470 ms,
+    # bench/results/hostile-quick.md). A remote attacker spends that CPU on its own machine.
     with (
         httpx.Client(base_url=base, timeout=120) as c,
+        httpx.Client(
+            base_url=base,
+            timeout=120,
+            limits=httpx.Limits(max_connections=20, max_keepalive_connections=0),
+        ) as anon,
         concurrent.futures.ThreadPoolExecutor(21) as ex,
     ):
         while time.time() < until:
@@ -111,10 +124,9 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
             def get(i: int, forwarded: bool, salt: str = salt, n: int = round_) -> int | str:
                 headers = {"X-Forwarded-For": f"10.9.{n % 250}.{i}"} if forwarded else {}
                 try:
-                    return httpx.get(
-                        f"{base}/api/candidates/{_formula(i, salt + ('9' if forwarded else ''))}",
+                    return anon.get(
+                        f"/api/candidates/{_formula(i, salt + ('9' if forwarded else ''))}",
                         headers=headers,
-                        timeout=120,
                     ).status_code
                 except httpx.HTTPError as exc:
                     return type(exc).__name__
@@ -140,17 +152,16 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
 async def readers(host: str, port: int, n: int, until: float) -> dict[str, Any]:
     """32 readers and the health probe until ``until``: their latency figures."""
     seconds = until - time.time()
-    lat: list[float] = []
-    health: list[float] = []
+    times: dict[str, list[float]] = {"readers": [], "health": []}
     errors = {"readers": 0, "health": 0}
 
-    async def reader(k: int) -> None:
+    async def client(kind: str, paths: Iterator[str], pause: float) -> None:
+        """GET ``paths`` in turn on one connection until ``until``, timing each answer; a
+        failed request counts as an error of ``kind`` and opens a new connection."""
         c = Client(host, port)
-        i = k
         try:
             while time.time() < until:
-                path = READS[i % len(READS)]
-                i += 1
+                path = next(paths)
                 t0 = time.perf_counter()
                 try:
                     status, _ = await asyncio.wait_for(c.request("GET", path), 30)
@@ -160,37 +171,18 @@ async def readers(host: str, port: int, n: int, until: float) -> dict[str, Any]:
                     await c.close()
                     c = Client(host, port)
                 if ok:
-                    lat.append((time.perf_counter() - t0) * 1000)
+                    times[kind].append((time.perf_counter() - t0) * 1000)
                 else:
-                    errors["readers"] += 1
+                    errors[kind] += 1
+                if pause:
+                    await asyncio.sleep(pause)
         finally:
             await c.close()
 
-    async def probe() -> None:
-        c = Client(host, port)
-        try:
-            while time.time() < until:
-                t0 = time.perf_counter()
-                try:
-                    status, _ = await asyncio.wait_for(c.request("GET", "/api/health"), 30)
-                    ok = status == 200
-                except (TimeoutError, OSError, asyncio.IncompleteReadError):
-                    ok = False
-                    await c.close()
-                    c = Client(host, port)
-                if ok:
-                    health.append((time.perf_counter() - t0) * 1000)
-                else:
-                    errors["health"] += 1
-                await asyncio.sleep(0.1)
-        finally:
-            await c.close()
-
-    await asyncio.gather(probe(), *(reader(k) for k in range(n)))
-    return {
-        "readers": latency_figures(lat, errors["readers"], seconds),
-        "health": latency_figures(health, errors["health"], seconds),
-    }
+    # reader k starts at READS[k], so the readers spread over the reads from the first request
+    readers_ = (client("readers", islice(cycle(READS), k, None), 0) for k in range(n))
+    await asyncio.gather(client("health", repeat("/api/health"), 0.1), *readers_)
+    return {kind: latency_figures(times[kind], errors[kind], seconds) for kind in times}
 
 
 def warm_up(base: str) -> float:

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, fidelity, offload, reads, security
 from normfree.api.deps import DryRunQuery, Reader, StateDep, WritePrincipal
-from normfree.api.errors import ErrorBody
+from normfree.api.errors import ErrorBody, write_errors
 from normfree.api.schemas import (
     ReferenceSetDeleted,
     ReferenceSetDetail,
@@ -78,12 +78,10 @@ def get_reference(
     status_code=201,
     openapi_extra=_IMPORT_BODY,
     responses={
-        401: {"model": ErrorBody, "description": "No bearer token."},
-        403: {
-            "model": ErrorBody,
-            "description": "Unknown, revoked or read-only token, or replacing another token's "
-            "set (only its importer or an admin token may).",
-        },
+        **write_errors(
+            "Unknown, revoked or read-only token, or replacing another token's set (only its "
+            "importer or an admin token may)."
+        ),
         409: {"model": ErrorBody, "description": "A set of that name exists (use replace)."},
         415: {"model": ErrorBody, "description": "Neither JSON nor CSV."},
         422: {"model": ErrorBody, "description": "Rows refused, each with its reason."},
@@ -107,9 +105,9 @@ async def import_reference(
     body = await request.body()
     content_type = request.headers.get("content-type", "").lower()
     # every row's cells are resolved through the catalog (formula parses): in a worker process
-    ref = await offload.pool(request).call(
+    ref, keys = await offload.pool(request).call(
         security.queue_key(request, who.name),
-        "normfree.api.fidelity:parse_reference",
+        "normfree.api.fidelity:parse_reference_keyed",
         body,
         content_type,
         name,
@@ -117,18 +115,16 @@ async def import_reference(
         source,
         what="the reference set",
     )
-    return await run_in_threadpool(fidelity.store_reference, state, ref, who=who, replace=replace)
+    return await run_in_threadpool(
+        fidelity.store_reference, state, ref, who=who, replace=replace, cell_keys=keys
+    )
 
 
 @router.delete(
     "/{name}",
     response_model=ReferenceSetDeleted,
     responses={
-        401: {"model": ErrorBody, "description": "No bearer token."},
-        403: {
-            "model": ErrorBody,
-            "description": "Unknown, revoked or read-only token, or another token's set.",
-        },
+        **write_errors("Unknown, revoked or read-only token, or another token's set."),
         404: {"model": ErrorBody},
         409: {"model": ErrorBody, "description": "The built-in set cannot be deleted."},
     },

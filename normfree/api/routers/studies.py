@@ -19,7 +19,7 @@ from normfree.api.deps import (
     StateDep,
     WritePrincipal,
 )
-from normfree.api.errors import ApiError, ErrorBody
+from normfree.api.errors import ApiError, ErrorBody, write_errors
 from normfree.api.routers import add_action
 from normfree.api.schemas import (
     ArchiveState,
@@ -37,19 +37,14 @@ from normfree.specs import StudyKindName, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
-_AUTH = {
-    401: {"model": ErrorBody, "description": "No bearer token."},
-    403: {"model": ErrorBody, "description": "Unknown, revoked or read-only token."},
-}
+_AUTH = write_errors()
 _CONTROL = {
     404: {"model": ErrorBody},
     409: {"model": ErrorBody, "description": "Not allowed from the study's status."},
-    **_AUTH,
-    403: {
-        "model": ErrorBody,
-        "description": "Unknown, revoked or read-only token, or a study of another token "
-        "(only its creator or an admin token may control it).",
-    },
+    **write_errors(
+        "Unknown, revoked or read-only token, or a study of another token (only its creator or "
+        "an admin token may control it)."
+    ),
 }
 
 
@@ -298,7 +293,7 @@ def patch_study(
 
 def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> ArchiveState:
-        return housekeeping.archive_study(state, study_id, who, archived=archived)
+        return housekeeping.archive(state, "study", study_id, who, archived=archived)
 
     return route
 

@@ -15,7 +15,7 @@ from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, readable_mapping
 from normfree.settings import Settings
-from normfree.specs import StudySpec
+from normfree.specs import TRIAL_STATUSES, StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
@@ -44,17 +44,10 @@ def _progress(
 
 def public_progress(p: progress.Progress) -> S.StudyProgress:
     """``workers.progress.Progress`` as the API's StudyProgress."""
-    c = p.counts
     return S.StudyProgress(
         state=p.state,
         total=p.total,
-        waiting=c["WAITING"],
-        running=c["RUNNING"],
-        complete=c["COMPLETE"],
-        diverged=c["DIVERGED"],
-        pruned=c["PRUNED"],
-        failed=c["FAILED"],
-        cancelled=c["CANCELLED"],
+        **{status.lower(): p.counts[status] for status in TRIAL_STATUSES},  # a field per status
         finished=p.finished,
         fraction=p.fraction,
         throughput_per_min=p.throughput_per_min,

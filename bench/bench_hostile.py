@@ -89,8 +89,19 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
         "n_trials": 2000, "extra_seeds_for_top": 10, "params": {"top_arms": 100},
     }  # fmt: skip
     round_ = 0
+    # The parallel GETs share one anonymous client: still 20 requests at once, each on a
+    # connection of its own (no keep-alive), from one peer, without a token. A client per
+    # request (``httpx.get``) built an SSL context each time, ~45 ms of this process's CPU for a
+    # plain-HTTP request: 40 a round in 20 threads took a core or more for a second, and on a
+    # 2-core machine the server's event loop waited for its turn on a CPU (health 200-470 ms,
+    # bench/results/hostile-quick.md). A remote attacker spends that CPU on its own machine.
     with (
         httpx.Client(base_url=base, timeout=120) as c,
+        httpx.Client(
+            base_url=base,
+            timeout=120,
+            limits=httpx.Limits(max_connections=20, max_keepalive_connections=0),
+        ) as anon,
         concurrent.futures.ThreadPoolExecutor(21) as ex,
     ):
         while time.time() < until:
@@ -113,10 +124,9 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
             def get(i: int, forwarded: bool, salt: str = salt, n: int = round_) -> int | str:
                 headers = {"X-Forwarded-For": f"10.9.{n % 250}.{i}"} if forwarded else {}
                 try:
-                    return httpx.get(
-                        f"{base}/api/candidates/{_formula(i, salt + ('9' if forwarded else ''))}",
+                    return anon.get(
+                        f"/api/candidates/{_formula(i, salt + ('9' if forwarded else ''))}",
                         headers=headers,
-                        timeout=120,
                     ).status_code
                 except httpx.HTTPError as exc:
                     return type(exc).__name__

@@ -127,7 +127,7 @@ def create_app(
             app.state.offload.start()
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
-            target=services.warm_up, args=(state,), name="normfree-warm-up", daemon=True
+            target=_warm_up, args=(state, freeze_heap), name="normfree-warm-up", daemon=True
         ).start()
         if state.prescreen:
             # prescreens a killed server left pending (parsing: off the event loop)
@@ -232,6 +232,20 @@ def create_app(
     app.include_router(pages.router)
     app.include_router(compare.page_router)
     return app
+
+
+def _warm_up(state: Any, freeze_heap: bool) -> None:
+    """The start's background warm-up (``services.warm_up``: the catalog, the analyses; it
+    freezes the heap at its end in a server), with what the first fidelity line would import
+    first in a server (``lines.preload``), so that the freeze covers it."""
+    from normfree.api import lines, services
+
+    if freeze_heap:
+        try:
+            lines.preload()
+        except Exception:  # the first line imports it again, with its reason
+            log.warning("fidelity line preload failed", exc_info=True)
+    services.warm_up(state)
 
 
 def _quietly(fn: Any) -> Any:

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from normfree.api import schemas as S
 from normfree.api.errors import ApiError
-from normfree.fidelity.reference import ReferenceError, build_set, from_csv, to_csv
+from normfree.fidelity.reference import ReferenceError, build_set, cell_key, from_csv, to_csv
 from normfree.fidelity.report import headline
 from normfree.storage.references import (
     BUILTIN_NAME,
@@ -101,12 +101,36 @@ def parse_reference(
         raise ApiError(422, "invalid_reference", f"reference set refused: {exc}"[:4000]) from None
 
 
-def store_reference(state: Any, ref: Any, *, who: Principal, replace: bool) -> S.ReferenceSetPublic:
-    """Store a parsed set owned by ``who``; 409 when the name exists and ``replace`` is off,
-    403 when replacing another token's set without an admin token."""
+def parse_reference_keyed(
+    body: bytes, content_type: str, name: str | None, title: str, source: str | None
+) -> tuple[Any, tuple[str, ...]]:
+    """:func:`parse_reference` and each row's cell key (the parse computed them: cached), for a
+    worker process to send back with the set, so that storing it parses nothing in the server:
+    there a formula's parse holds the GIL, and the event loop waited for it at every switch
+    (~1 s for bench_hostile's import of 4 long formulas, bench/results/hostile-quick.md)."""
+    ref = parse_reference(body, content_type, name, title, source)
+    return ref, tuple(cell_key(r.cell) for r in ref.rows)
+
+
+def store_reference(
+    state: Any,
+    ref: Any,
+    *,
+    who: Principal,
+    replace: bool,
+    cell_keys: tuple[str, ...] | None = None,
+) -> S.ReferenceSetPublic:
+    """Store a parsed set owned by ``who`` (``cell_keys``: its rows' keys, if parsed
+    elsewhere); 409 when the name exists and ``replace`` is off, 403 when replacing another
+    token's set without an admin token."""
     try:
         out = _store(state).put(
-            ref, submitter=who.name, replace=replace, owner_token_id=who.id, admin=who.admin
+            ref,
+            submitter=who.name,
+            replace=replace,
+            owner_token_id=who.id,
+            admin=who.admin,
+            cell_keys=cell_keys,
         )
     except ReferenceExists as exc:
         raise ApiError(409, "conflict", str(exc)) from None

@@ -53,6 +53,7 @@ class FidelityLines:
         self._stamps: dict[Target, int] = {}
         self._shown_old: set[tuple[Target, Hashable]] = set()
         self._not_before: dict[Target, float] = {}
+        self._settled = False  # the first line's long-lived leftovers frozen (_settle)
         self.epoch = 0  # every line done (the fast lane's stamp)
 
     def line(
@@ -158,13 +159,40 @@ class FidelityLines:
                     self._stamps[target] = self._stamps.get(target, 0) + 1
                     self.epoch += 1
             future.set_result(value)
+            if not self._settled:
+                _settle()
+                self._settled = True
 
     def clear(self) -> None:
         with self._lock:
             self._done.clear()
 
 
+def _settle() -> None:
+    """After this process's first line: freeze what it left for the rest of the process (the
+    names it resolved, sympy's caches: ~25k objects), as the warm-up froze the catalog, so that
+    full collections do not walk them (:func:`preload`). A no-op outside a server."""
+    from normfree.api.services import freeze_long_lived
+
+    freeze_long_lived()
+
+
 LINES = FidelityLines()
+
+
+def preload() -> None:
+    """Import what a line computes with (``workers.fidelity`` and scipy.stats: ~180 modules,
+    ~40k objects that live as long as the process), for a server's warm-up to call before it
+    freezes its heap (``services.freeze_long_lived``).
+
+    Why: imported by the first line instead, after the freeze, those objects stayed in the
+    garbage collector's reach, and every full collection walked them with the GIL held: 55-150
+    ms on 2 shared cores, during which no request was answered (the worst ``/api/health``
+    probes of bench_hostile, bench/results/hostile-quick.md).
+    """
+    import scipy.stats  # noqa: F401
+
+    from normfree.workers.fidelity import fidelity_report  # noqa: F401
 
 
 def proxy_target(state: Any, proxy: str) -> Target:

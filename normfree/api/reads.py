@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import lines, services
+from normfree.api import lines, search_importance, services
 from normfree.api import schemas as S
 from normfree.api.errors import not_found
 from normfree.storage import reads
@@ -224,7 +224,9 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
     line = lines.LINES.stamp(lines.study_target(state, study_id))
-    return (("study", study_id), (stamp, active, versions, line))
+    # a refresh of a search's importance (shown by a generate study's report) moves it too
+    imp = search_importance.landed(state, study_id)
+    return (("study", study_id), (stamp, active, versions, line, imp))
 
 
 def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:
@@ -264,15 +266,31 @@ def same_function_names(
     if not fingerprint:
         return names
     names |= {c.name for c in services._catalog_public() if c.fingerprint == fingerprint}
-    names |= {r["name"] for r in state.repo.list_candidates(fingerprint=fingerprint)}
+    stored = {r["name"]: r["formula"] for r in state.repo.list_candidates(fingerprint=fingerprint)}
+    names |= set(stored)
     mentions = _mentions(names)
+    definitions = tuple(sorted(stored.items()))
     for arm in sorted(arm_names - names):
         if not mentions(arm):
             continue
-        cand = services._resolve_cached(arm)
+        cand = _resolve_with(arm, definitions)
         if cand is not None and cand.fingerprint == fingerprint:
             names.add(arm)
     return names
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_with(arm: str, definitions: tuple[tuple[str, str], ...]) -> Any:
+    """``arm`` resolved with the stored candidates ``definitions`` (name, formula) known, so that
+    ``shift_v(mine, 0)`` is seen to be ``mine``; None where it does not resolve."""
+    if not definitions:
+        return services._resolve_cached(arm)
+    from normfree.search_space import resolver
+
+    try:
+        return resolver.resolve(arm, resolver.Stored(formula=dict(definitions).get))
+    except Exception:  # odd stored text is "not the same function", never a failed page
+        return None
 
 
 def _board_rows(

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from normfree.cli import main
-from normfree.cli._output import emit, fail, json_option
+from normfree.cli._output import amount, emit, fail, json_option
 from normfree.cli._studies import (
     board,
     counts_line,
@@ -96,7 +96,7 @@ def _create_and_maybe_run(
         if not as_json:
             click.echo(
                 f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
-                f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
+                f"(estimated {amount(est.trial_seconds)} trial-seconds)"
             )
         executor = early.executor() if early is not None else None
         out["run"] = run_driver(study_id, settings, as_json, parallel, executor)
@@ -108,7 +108,7 @@ def _create_and_maybe_run(
         if detach:
             click.echo(
                 f"created study {r['study_id']} ({r['trials']} trials planned, estimated "
-                f"{r['estimate']['trial_seconds']:,.0f} trial-seconds); "
+                f"{amount(r['estimate']['trial_seconds'])} trial-seconds); "
                 f"run it with `normfree study run {r['study_id']}`"
             )
             return

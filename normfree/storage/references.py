@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -82,7 +82,7 @@ def _check_owner(row: ReferenceSetRow, owner_token_id: int | None, admin: bool) 
     )
 
 
-def _row_values(set_id: int, position: int, r: ReferenceRow) -> dict[str, Any]:
+def _row_values(set_id: int, position: int, r: ReferenceRow, key: str) -> dict[str, Any]:
     return {
         "set_id": set_id,
         "position": position,
@@ -94,7 +94,7 @@ def _row_values(set_id: int, position: int, r: ReferenceRow) -> dict[str, Any]:
         "function": r.cell.function,
         "shift": r.cell.shift,
         "alpha": r.cell.alpha,
-        "cell_key": cell_key(r.cell),
+        "cell_key": key,
         "value_low": r.value_low,
         "value_high": r.value_high,
         "failed": r.failed,
@@ -161,14 +161,22 @@ class ReferenceStore:
         builtin: bool = False,
         owner_token_id: int | None = None,
         admin: bool = True,
+        cell_keys: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Store ``ref`` (validated) in one transaction; returns its summary.
+
+        ``cell_keys``: each row's :func:`cell_key`, when the caller has them (a set parsed in a
+        worker process, ``api.offload``): computing one parses the row's formula, which in the
+        server's process holds the GIL (a second for a few long formulas).
 
         ``ReferenceExists`` when the name is taken and ``replace`` is False; the built-in set
         can only be replaced by :meth:`ensure_builtin`. ``owner_token_id``: the token importing
         it (recorded); replacing a set of another token raises ``ReferenceForbidden`` unless
         ``admin`` (the default: the CLI and internal callers).
         """
+        keys = list(cell_keys) if cell_keys is not None else [cell_key(r.cell) for r in ref.rows]
+        if len(keys) != len(ref.rows):
+            raise ValueError(f"{len(keys)} cell keys for {len(ref.rows)} rows")
         if builtin:
             _BUILTIN_CURRENT.pop(self.db, None)
         with self.db.session() as s:
@@ -199,7 +207,10 @@ class ReferenceStore:
                 raise ReferenceExists(f"reference set {ref.name!r} exists") from None
             s.execute(
                 ReferenceEntryRow.__table__.insert(),
-                [_row_values(row.id, i, r) for i, r in enumerate(ref.rows)],
+                [
+                    _row_values(row.id, i, r, k)
+                    for i, (r, k) in enumerate(zip(ref.rows, keys, strict=True))
+                ],
             )
             aggregates.bump(s, READ_SCOPE)
             return _set_dict(row, len(ref.rows), ref.settings())

@@ -11,9 +11,11 @@ import concurrent.futures
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
 from normfree.api import fidelity
 from normfree.settings import Settings
+from normfree.storage.models import ReferenceEntryRow, ReferenceSetRow
 from normfree.testing.live import live_server
 from normfree.testing.seeding import seed_property_study
 from tests.api.flood import HEALTH_LIMIT_S, health_during_flood
@@ -120,3 +122,49 @@ def test_a_candidate_s_curve_is_computed_once_per_function() -> None:
     assert services.candidate_plot(erf) is first  # remembered
     assert first == _plot(erf)  # and the same as computed afresh
     assert services.candidate_plot(tanh).f != first.f  # per function
+
+
+def test_an_import_parsed_in_a_worker_is_stored_without_parsing_again(
+    make_api: Any, sqlite_database_url: str, monkeypatch: Any
+) -> None:
+    """The import's formulas are parsed in a worker process; storing the set (the server's
+    thread pool) resolved every cell again for its key: sympy with the GIL held, ~1 s for
+    bench_hostile's 4 long formulas, during which the event loop (``/api/health``) waited for
+    the GIL at every switch. The keys the worker computed now travel with the set."""
+    from normfree.fidelity import reference
+
+    api = make_api(sqlite_database_url, prescreen=False)
+    formulas = [
+        f"tanh(u*{i + 2}.37)*exp(-u**2*0.0{i + 1})+atan(u*{i + 3})*0.{i + 1}" for i in range(3)
+    ]
+    rows = "".join(f"h,vit,accuracy,maximize,,{f},,,{80 + i}\n" for i, f in enumerate(formulas))
+    parsed_here: list[str] = []
+    real = reference._fingerprint
+
+    def fingerprint(function: str) -> str:  # the server process must not parse the import's
+        if function in formulas:
+            parsed_here.append(function)
+        return real(function)
+
+    monkeypatch.setattr(reference, "_fingerprint", fingerprint)
+    r = api.client.post(
+        "/api/references?name=keys-travel&source=test",
+        content="setting,family,metric,direction,resolution,function,shift,alpha,value\n" + rows,
+        headers={**api.auth, "Content-Type": "text/csv"},
+    )
+    assert r.status_code == 201, r.text
+    assert parsed_here == []
+    assert any(s.pid for s in api.app.state.offload.slots)  # a worker process parsed them
+    monkeypatch.undo()
+    # the stored keys are the ones the server would have computed
+    with api.app.state.services.db.read() as conn:
+        stored = conn.execute(
+            select(ReferenceEntryRow.function, ReferenceEntryRow.cell_key)
+            .join(ReferenceSetRow, ReferenceSetRow.id == ReferenceEntryRow.set_id)
+            .where(ReferenceSetRow.name == "keys-travel")
+            .order_by(ReferenceEntryRow.position)
+        ).all()
+    assert [f for f, _k in stored] == formulas
+    assert [k for _f, k in stored] == [
+        reference.cell_key(reference.Cell(function=f)) for f in formulas
+    ]

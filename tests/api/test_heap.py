@@ -24,3 +24,58 @@ def test_freeze_long_lived_only_in_a_server() -> None:
     finally:
         services.FREEZE_HEAP.clear()
         gc.unfreeze()
+
+
+# A server's start and first fidelity line, in a fresh interpreter (this one has imported and
+# allocated everything already): how many objects the line leaves in the collector's reach.
+_FIRST_LINE = """
+import gc, sys, tempfile, time
+from normfree.api import app, lines, services
+from normfree.settings import Settings
+from normfree.specs import NormSpec
+from tests.api.test_reads import _finish, _study
+
+services.FREEZE_HEAP.set()
+state = services.ServiceState.open(
+    Settings(database_url=f"sqlite:///{tempfile.mkdtemp()}/heap.db"), run_studies=False,
+    prescreen=False,
+)
+_finish(state.repo, _study(state.repo, [NormSpec(name="erf"), NormSpec(name="layernorm")]))
+app._warm_up(state, True)
+deadline = time.monotonic() + 120
+while services.ENRICHER.pending() and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.5)  # the analyses' freeze when their queue runs empty
+gc.collect()
+before = len(gc.get_objects())
+state.settings.fidelity_line_wait_s = 120.0
+assert lines.proxy_line(state, "vit-tiny") is not None
+while not lines.LINES._settled and time.monotonic() < deadline:
+    time.sleep(0.05)
+gc.collect()
+print(len(gc.get_objects()) - before)
+"""
+
+
+def test_a_servers_first_fidelity_line_leaves_nothing_for_full_collections_to_walk() -> None:
+    """The first line imports scipy.stats (~180 modules) and resolves names through sympy: ~40k
+    objects that live as long as the process. Left unfrozen after the warm-up's freeze, every
+    full collection walked them with the GIL held (55-150 ms on 2 shared cores: the worst
+    ``/api/health`` probes of bench_hostile). Now they are imported before the freeze
+    (``lines.preload``) and the rest frozen after the first line (``lines._settle``)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_LINE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    left = int(proc.stdout.strip().splitlines()[-1])
+    assert left < 5_000, f"{left} objects from the first line stay in the collector's reach"

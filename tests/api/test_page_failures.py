@@ -197,3 +197,17 @@ def test_a_functions_page_shows_its_transforms_failed_ones_too(api: Api) -> None
     assert "erf" not in derived
     erf = api.client.get("/candidates/erf", headers=HTML).text
     assert 'id="derived"' not in erf  # nothing is built on erf here
+
+
+def test_a_stored_functions_identity_transform_is_its_own_result(api: Api) -> None:
+    """``shift_v(mine, 0)`` computes ``mine``: on mine's page it is one of its own results, and
+    ``shift_v(mine, 1)`` one of its transforms (resolved with the stored formula)."""
+    made = api.client.post(
+        "/api/candidates", json={"name": "mine", "formula": "2*u/(2+abs(u))"}, headers=api.auth
+    )
+    assert made.status_code in (201, 202), made.text  # 202: its prescreen runs on
+    store_arms(api.repo, {"shift_v(mine, 0)": "complete", "shift_v(mine, 1)": "complete"})
+    page = api.client.get("/candidates/mine", headers=HTML).text
+    own, derived = page.split("Results across proxies", 1)[1].split('id="derived"', 1)
+    assert esc("shift_v(mine, 0)") in own and esc("shift_v(mine, 1)") not in own
+    assert esc("shift_v(mine, 1)") in derived and esc("shift_v(mine, 0)") not in derived

@@ -105,9 +105,9 @@ async def import_reference(
     body = await request.body()
     content_type = request.headers.get("content-type", "").lower()
     # every row's cells are resolved through the catalog (formula parses): in a worker process
-    ref = await offload.pool(request).call(
+    ref, keys = await offload.pool(request).call(
         security.queue_key(request, who.name),
-        "normfree.api.fidelity:parse_reference",
+        "normfree.api.fidelity:parse_reference_keyed",
         body,
         content_type,
         name,
@@ -115,7 +115,9 @@ async def import_reference(
         source,
         what="the reference set",
     )
-    return await run_in_threadpool(fidelity.store_reference, state, ref, who=who, replace=replace)
+    return await run_in_threadpool(
+        fidelity.store_reference, state, ref, who=who, replace=replace, cell_keys=keys
+    )
 
 
 @router.delete(

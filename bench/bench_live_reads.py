@@ -107,11 +107,15 @@ async def first_requests(host: str, port: int, makers: dict[str, Any]) -> dict[s
 
 async def load(
     host: str, port: int, makers: dict[str, Any], readers: int, start: float, until: float
-) -> tuple[dict[str, list[tuple[float, float]]], dict[str, int], list[tuple[float, int]]]:
-    """The readers until ``until``: per read, (send time, ms) of each good answer; errors per
-    read; and (send time, finished trials shown) of each answer for the writing study."""
+) -> tuple[
+    dict[str, list[tuple[float, float]]], dict[str, int], dict[str, int], list[tuple[float, int]]
+]:
+    """The readers until ``until``: per read, (send time, ms) of each good answer; errors and
+    timeouts per read; and (send time, finished trials shown) of each answer for the writing
+    study."""
     lat: dict[str, list[tuple[float, float]]] = {k: [] for k in makers}
     errors = dict.fromkeys(makers, 0)
+    timeouts = dict.fromkeys(makers, 0)  # unanswered after 30 s: counted in errors too
     seen: list[tuple[float, int]] = []
     names = list(makers)
 
@@ -127,8 +131,9 @@ async def load(
                 sent, t0 = time.time(), time.perf_counter()
                 try:
                     status, body = await asyncio.wait_for(c.fetch("GET", path), 30)
-                except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
                     errors[name] += 1
+                    timeouts[name] += isinstance(exc, TimeoutError)
                     await c.close()
                     c = Client(host, port)
                     continue
@@ -143,7 +148,7 @@ async def load(
             await c.close()
 
     await asyncio.gather(*(reader(k) for k in range(readers)))
-    return lat, errors, seen
+    return lat, errors, timeouts, seen
 
 
 def staleness(seen: list[tuple[float, int]], commits: list[float]) -> dict[str, Any]:
@@ -163,13 +168,17 @@ def staleness(seen: list[tuple[float, int]], commits: list[float]) -> dict[str, 
 
 
 def figures_of(
-    lat: dict[str, list[tuple[float, float]]], errors: dict[str, int], seconds: float
+    lat: dict[str, list[tuple[float, float]]],
+    errors: dict[str, int],
+    timeouts: dict[str, int],
+    seconds: float,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, samples in lat.items():
         whole = latency_figures([ms for _t, ms in samples], errors[name], seconds)
         early = [ms for t, ms in samples if t < FIRST_WINDOW_S]
-        out[name] = {**whole, "first_5s": latency_figures(early, 0, FIRST_WINDOW_S)}
+        early_figures = latency_figures(early, 0, FIRST_WINDOW_S)
+        out[name] = {**whole, "timeouts": timeouts[name], "first_5s": early_figures}
     return out
 
 
@@ -197,10 +206,11 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
         start = time.time()
         until = start + args.seconds
         go.put((start, until))
-        lat, errors, seen = asyncio.run(load(host, port, makers, args.readers, start, until))
+        loaded = load(host, port, makers, args.readers, start, until)
+        lat, errors, timeouts, seen = asyncio.run(loaded)
         commits = out_q.get(timeout=120)
         proc.join(30)
-    reads = figures_of(lat, errors, args.seconds)
+    reads = figures_of(lat, errors, timeouts, args.seconds)
     targets = {
         "first_requests_lt_1s": all(v["ms"] < 1000 and v["status"] == 200 for v in first.values()),
         **{

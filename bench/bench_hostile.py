@@ -36,6 +36,8 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from itertools import cycle, islice, repeat
 from typing import Any
 from urllib.parse import urlparse
 
@@ -150,17 +152,16 @@ def hostile(base: str, token: str, go: Any, out: Any) -> None:
 async def readers(host: str, port: int, n: int, until: float) -> dict[str, Any]:
     """32 readers and the health probe until ``until``: their latency figures."""
     seconds = until - time.time()
-    lat: list[float] = []
-    health: list[float] = []
+    times: dict[str, list[float]] = {"readers": [], "health": []}
     errors = {"readers": 0, "health": 0}
 
-    async def reader(k: int) -> None:
+    async def client(kind: str, paths: Iterator[str], pause: float) -> None:
+        """GET ``paths`` in turn on one connection until ``until``, timing each answer; a
+        failed request counts as an error of ``kind`` and opens a new connection."""
         c = Client(host, port)
-        i = k
         try:
             while time.time() < until:
-                path = READS[i % len(READS)]
-                i += 1
+                path = next(paths)
                 t0 = time.perf_counter()
                 try:
                     status, _ = await asyncio.wait_for(c.request("GET", path), 30)
@@ -170,37 +171,18 @@ async def readers(host: str, port: int, n: int, until: float) -> dict[str, Any]:
                     await c.close()
                     c = Client(host, port)
                 if ok:
-                    lat.append((time.perf_counter() - t0) * 1000)
+                    times[kind].append((time.perf_counter() - t0) * 1000)
                 else:
-                    errors["readers"] += 1
+                    errors[kind] += 1
+                if pause:
+                    await asyncio.sleep(pause)
         finally:
             await c.close()
 
-    async def probe() -> None:
-        c = Client(host, port)
-        try:
-            while time.time() < until:
-                t0 = time.perf_counter()
-                try:
-                    status, _ = await asyncio.wait_for(c.request("GET", "/api/health"), 30)
-                    ok = status == 200
-                except (TimeoutError, OSError, asyncio.IncompleteReadError):
-                    ok = False
-                    await c.close()
-                    c = Client(host, port)
-                if ok:
-                    health.append((time.perf_counter() - t0) * 1000)
-                else:
-                    errors["health"] += 1
-                await asyncio.sleep(0.1)
-        finally:
-            await c.close()
-
-    await asyncio.gather(probe(), *(reader(k) for k in range(n)))
-    return {
-        "readers": latency_figures(lat, errors["readers"], seconds),
-        "health": latency_figures(health, errors["health"], seconds),
-    }
+    # reader k starts at READS[k], so the readers spread over the reads from the first request
+    readers_ = (client("readers", islice(cycle(READS), k, None), 0) for k in range(n))
+    await asyncio.gather(client("health", repeat("/api/health"), 0.1), *readers_)
+    return {kind: latency_figures(times[kind], errors[kind], seconds) for kind in times}
 
 
 def warm_up(base: str) -> float:

@@ -48,13 +48,10 @@ from readload import (
     PROXY,
     QUICK_GRID,
     Client,
-    _copy_database,
     _database,
-    _ids,
     _plan,
-    _settle,
     plain,
-    seed_to,
+    seeded_database,
     synthetic,
 )
 
@@ -270,11 +267,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nf-live-reads-") as tmp:
         url, drop = _database(args.backend, tmp)
         try:
-            if args.seeded:
-                url = _copy_database(args.seeded, url, tmp, args.trials)
-            seeded = seed_to(url, args.trials, 1)
-            _settle(url)
-            info = {**seeded, **_ids(url)}
+            url, seeded, info = seeded_database(url, tmp, args.trials, 1, args.seeded)
             print(f"[{args.backend}] seeded {seeded}", file=sys.stderr, flush=True)
             run = measure(url, info, args)
         finally:

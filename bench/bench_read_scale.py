@@ -51,14 +51,11 @@ from readload import (
     SEEDS,
     SUBMISSIONS,
     Client,
-    _copy_database,
     _database,
-    _ids,
     _plan,
-    _settle,
     _study_size,
     drive,
-    seed_to,
+    seeded_database,
     synthetic,
 )
 
@@ -322,13 +319,8 @@ def main() -> None:
             try:
                 per_scale: dict[str, Any] = {}
                 for i, n in enumerate(scales):
-                    if seeded_from:
-                        url = _copy_database(seeded_from[i], url, tmp, n)
-                    seeded = seed_to(url, n, args.writers)
-                    _settle(url)
-                    if seeded_from:
-                        seeded["copied_from"] = seeded_from[i]
-                    info = {**seeded, **_ids(url)}
+                    copy_from = seeded_from[i] if seeded_from else None
+                    url, seeded, info = seeded_database(url, tmp, n, args.writers, copy_from)
                     print(f"[{backend}] seeded {seeded}", file=sys.stderr, flush=True)
                     m = measure(url, info, args)
                     per_scale[str(n)] = {"seeding": seeded, **m}

@@ -362,6 +362,21 @@ def _copy_database(source: str, target: str, tmp: str, n: int) -> str:
     return target
 
 
+def seeded_database(
+    url: str, tmp: str, n: int, writers: int, copy_from: str | None = None
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The database a run measures on: ``url`` (or a copy of ``copy_from``, seeded earlier)
+    seeded to ``n`` trials and settled. Its url, what the seeding did, and that with the ids
+    a load needs."""
+    if copy_from:
+        url = _copy_database(copy_from, url, tmp, n)
+    seeded = seed_to(url, n, writers)
+    _settle(url)
+    if copy_from:
+        seeded["copied_from"] = copy_from
+    return url, seeded, {**seeded, **_ids(url)}
+
+
 def _ids(url: str) -> dict[str, Any]:
     from sqlalchemy import func, select
 

@@ -9,6 +9,9 @@
     trials = nf.to_dataframe("trials", study["id"])           # config, metrics, diagnostics
     arms = nf.to_dataframe("arms", study["id"])               # mean and CI per arm
     board = nf.to_dataframe("leaderboard", "vit-tiny")
+    curves = nf.to_dataframe("curves", study["id"])           # a row per trial, epoch, metric
+    nf.delete_study(study["id"], dry_run=True)["removes"]     # what a delete would remove
+    nf.tag_study(study["id"], "paper"); nf.archive_arm(study["id"], arm_key)
 
 It speaks the REST API over HTTP (httpx) and nothing else, so a notebook needs no database
 access and no torch. The tables are the server's exports (``?format=parquet``, or CSV where
@@ -25,13 +28,14 @@ import io
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote
 
 import httpx
 
 if TYPE_CHECKING:
     import pandas as pd
 
-What = Literal["trials", "arms", "leaderboard"]
+What = Literal["trials", "arms", "leaderboard", "curves"]
 # Statuses a study does not leave by itself: wait() returns at them.
 SETTLED = ("complete", "failed", "cancelled", "paused")
 
@@ -56,6 +60,11 @@ def _postfix(state: str, progress: dict[str, Any]) -> str:
     if best:
         words.append(f"best {best['label']} {best['mean']:.4g} (n={best['n']})")
     return ", ".join(words)
+
+
+def _segment(text: str) -> str:
+    """``text`` as one URL path segment (a candidate's name may hold ``/`` or ``?``)."""
+    return quote(text, safe="")
 
 
 class Client:
@@ -126,9 +135,19 @@ class Client:
         created = self.create_study(**spec)
         return self.wait(created["id"], timeout=timeout, progress=progress)
 
-    def studies(self, *, status: str | None = None, kind: str | None = None) -> list[dict]:
-        """Studies, newest first, with their progress."""
-        return self._get("/api/studies", status=status, kind=kind)["items"]
+    def studies(
+        self,
+        *,
+        status: str | None = None,
+        kind: str | None = None,
+        tag: str | None = None,
+        archived: bool = False,
+    ) -> list[dict]:
+        """Studies, newest first, with their progress, tags and note (only those with ``tag``;
+        archived ones too with ``archived``)."""
+        return self._get(
+            "/api/studies", status=status, kind=kind, tag=tag, archived=archived or None
+        )["items"]
 
     def study(self, study_id: int) -> dict[str, Any]:
         """A study's summary: status, progress and cells (its trials: :meth:`trials`)."""
@@ -142,6 +161,99 @@ class Client:
 
     def cancel(self, study_id: int) -> dict[str, Any]:
         return self._request("POST", f"/api/studies/{int(study_id)}/cancel").json()
+
+    # -- candidates -------------------------------------------------------------------------
+
+    def submit_candidate(self, name: str, formula: str) -> dict[str, Any]:
+        """Store f(u) = ``formula`` under ``name`` (a write token): its canonical form,
+        properties and prescreen, or ``duplicate_of`` when it is a known function (then
+        nothing is stored). A formula the parser refuses is a 422 ``ClientError``."""
+        return self._request(
+            "POST", "/api/candidates", json={"name": name, "formula": formula}
+        ).json()
+
+    def candidates(
+        self,
+        *,
+        source: Literal["catalog", "user"] | None = None,
+        group: str | None = None,
+        q: str | None = None,
+        archived: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The catalog and stored candidates (only ``source``, ``group``, names containing
+        ``q``; archived ones too with ``archived``)."""
+        found = self._get(
+            "/api/candidates", source=source, group=group, q=q, archived=archived or None
+        )
+        return list(found["items"])
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    # What ``normfree study tag|note|archive|delete`` and ``normfree candidates archive|delete``
+    # do, over the API: a token (its owner's, or an admin one) and the server's own checks.
+    # Deletes answer what they remove (``removes``: trials, curve points, diagnostics rows,
+    # leaderboard arms folded again, the Optuna study); ``dry_run=True`` only lists it, so a
+    # notebook can look before it removes, as the CLI prints before it asks.
+
+    def delete_study(self, study_id: int, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete a finished (complete, failed or cancelled) study with its trials, curves,
+        diagnostics and Optuna study; its proxy's leaderboard drops it. ``dry_run``: only say
+        what it would remove (``removes``; ``removes.blocked``: why it would be refused now).
+        A running study is refused (409): :meth:`cancel` it first; or :meth:`archive_study`
+        to hide it and keep every row."""
+        return self._delete(f"/api/studies/{int(study_id)}", dry_run)
+
+    def delete_arm(self, study_id: int, arm_key: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete one arm of a finished study (``arm_key``: one of a cell's ``arm_keys``, as
+        :meth:`arms` lists them): its trials, curves and diagnostics; the leaderboard is folded
+        again without them, and the study's Optuna history stays (its sampler saw them)."""
+        return self._delete(f"/api/studies/{int(study_id)}/arms/{_segment(arm_key)}", dry_run)
+
+    def delete_candidate(self, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete a stored candidate no study ran. One a study ran is refused (409, the studies
+        in ``ClientError.detail["used_by_studies"]``): its formula is what their leaderboard
+        arms show, so :meth:`archive_candidate` it or delete those studies first."""
+        return self._delete(f"/api/candidates/{_segment(name)}", dry_run)
+
+    def archive_study(self, study_id: int, *, restore: bool = False) -> dict[str, Any]:
+        """Archive a finished study: it leaves lists and leaderboards (``archived=True`` on
+        :meth:`studies` and :meth:`leaderboard` shows it), every row kept. ``restore`` undoes
+        it. The answer says what now is archived."""
+        return self._archive(f"/api/studies/{int(study_id)}", restore)
+
+    def archive_arm(self, study_id: int, arm_key: str, *, restore: bool = False) -> dict[str, Any]:
+        """Take one arm of a study off the leaderboards (one bad arm need not stay there for
+        ever); the study still shows it, marked archived. ``restore`` puts it back."""
+        path = f"/api/studies/{int(study_id)}/arms/{_segment(arm_key)}"
+        return self._archive(path, restore)
+
+    def archive_candidate(self, name: str, *, restore: bool = False) -> dict[str, Any]:
+        """Hide a stored candidate from the candidate list; studies and leaderboards that ran
+        it are unchanged. ``restore`` shows it again."""
+        return self._archive(f"/api/candidates/{_segment(name)}", restore)
+
+    def tag_study(
+        self, study_id: int, *tags: str, remove: tuple[str, ...] | list[str] = ()
+    ) -> list[str]:
+        """Add ``tags`` to the study (and take off those in ``remove``); its tags now. Tags
+        are 1-40 characters without spaces or commas, at most 20 a study; :meth:`studies`
+        filters by one (``tag=``)."""
+        body = {"add_tags": list(tags), "remove_tags": list(remove)}
+        return list(self._patch_study(study_id, body)["tags"])
+
+    def note_study(self, study_id: int, note: str) -> str | None:
+        """Set the study's note (shown on its page and in lists; ``""`` clears it); the note
+        now."""
+        return self._patch_study(study_id, {"note": note})["note"]
+
+    def _patch_study(self, study_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("PATCH", f"/api/studies/{int(study_id)}", json=body).json()
+
+    def _delete(self, path: str, dry_run: bool) -> dict[str, Any]:
+        params = {"dry_run": "true"} if dry_run else {}
+        return self._request("DELETE", path, params=params).json()
+
+    def _archive(self, path: str, restore: bool) -> dict[str, Any]:
+        return self._request("POST", f"{path}/{'unarchive' if restore else 'archive'}").json()
 
     def wait(
         self,
@@ -226,10 +338,21 @@ class Client:
         return self._get(f"/api/studies/{int(study_id)}/arms")["items"]
 
     def leaderboard(
-        self, proxy: str, *, study_id: int | None = None, group: str | None = None
+        self,
+        proxy: str,
+        *,
+        study_id: int | None = None,
+        group: str | None = None,
+        archived: bool = False,
     ) -> dict[str, Any]:
-        """``proxy``'s leaderboard (only ``study_id``'s trials, only arms of ``group``)."""
-        return self._get(f"/api/leaderboards/{proxy}", study_id=study_id, group=group)
+        """``proxy``'s leaderboard (only ``study_id``'s trials, only arms of ``group``;
+        archived studies and arms counted too with ``archived``)."""
+        return self._get(
+            f"/api/leaderboards/{proxy}",
+            study_id=study_id,
+            group=group,
+            archived=archived or None,
+        )
 
     # -- tables -------------------------------------------------------------------------------
 
@@ -242,16 +365,24 @@ class Client:
         study_id: int | None = None,
         group: str | None = None,
         status: list[str] | None = None,
+        trials: list[int] | None = None,
     ) -> bytes:
         """The server's export of ``what`` as file bytes: ``trials`` or ``arms`` of study
-        ``key`` (only trials in ``status``), or the ``leaderboard`` of proxy ``key`` (only
-        ``study_id``'s trials, only arms of ``group``)."""
+        ``key`` (only trials in ``status``), the ``curves`` of study ``key``'s trials (only
+        the ids in ``trials``; long: a row per trial, epoch and metric), or the
+        ``leaderboard`` of proxy ``key`` (only ``study_id``'s trials, only arms of ``group``)."""
+        params: dict[str, Any]
         if what == "leaderboard":
             path, params = f"/api/leaderboards/{key}", {"study_id": study_id, "group": group}
         elif what in ("trials", "arms"):
             path, params = f"/api/studies/{int(key)}/{what}", {"status": status}
+        elif what == "curves":
+            ids = None if trials is None else ",".join(str(int(t)) for t in trials)
+            path, params = f"/api/studies/{int(key)}/curves", {"trials": ids}
         else:
-            raise ValueError(f"unknown table {what!r}; choose from trials, arms, leaderboard")
+            raise ValueError(
+                f"unknown table {what!r}; choose from trials, arms, curves, leaderboard"
+            )
         clean = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", path, params={**clean, "format": fmt}).content
 

@@ -215,9 +215,11 @@ class LayerDiagnostic(_Frozen):
     gamma_std: float | None = None
     beta_mean: float | None = None
     beta_std: float | None = None
-    input_std: float | None = None  # std of the norm's input (plot alpha against 1/std)
+    # plot alpha against 1/input_std
+    input_std: float | None = Field(default=None, description="std of the norm's input")
     input_absmax: float | None = None
-    branch_norm: float | None = None  # RMS of the residual branch output the slot feeds
+    # of the residual branch output the slot feeds
+    branch_norm: float | None = Field(default=None, description="RMS of the residual branch")
     grad_norm: float | None = None
     extra: dict[str, float] = Field(default_factory=dict)
 

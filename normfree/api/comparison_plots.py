@@ -40,6 +40,37 @@ def _xy(trial: Mapping[str, Any], metric: str) -> tuple[list[int], list[float | 
     return [c["epoch"] for c in curves], [metric_value(c, metric) for c in curves]
 
 
+def _curve(
+    x: Sequence[Any],
+    y: Sequence[Any],
+    color: str,
+    name: str,
+    *,
+    width: int | None = None,
+    mode: str = "lines+markers",
+    **more: Any,
+) -> go.Scatter:
+    """One curve of values by epoch in ``color`` (``width``: the line's, in pixels)."""
+    line = {"color": color} if width is None else {"color": color, "width": width}
+    return go.Scatter(x=x, y=y, mode=mode, line=line, name=name, **more)
+
+
+def _points(
+    trials: Sequence[Mapping[str, Any]],
+    value: str,
+    status: str,
+    name: str,
+    text: list[str],
+    **marker: Any,
+) -> go.Scatter:
+    """``trials`` as markers of their ``value`` in ask order, in the colour of ``status``."""
+    return go.Scatter(
+        x=[t["order"] for t in trials], y=[t[value] for t in trials], mode="markers",
+        marker={"color": STATUS_COLORS[status], "size": 9, **marker}, name=name, text=text,
+        hovertemplate="trial %{x}: %{text}<br>%{y:.4g}<extra></extra>",
+    )  # fmt: skip
+
+
 def compare_figure(comparison: Mapping[str, Any]) -> go.Figure:
     """One metric of every chosen trial on one plot. Trials: one line each. Arms: each arm's
     mean per epoch, bold, over its seeds drawn thin in the same colour."""
@@ -52,44 +83,28 @@ def compare_figure(comparison: Mapping[str, Any]) -> go.Figure:
             color = PALETTE[i % len(PALETTE)]
             members = [by_id[tid] for tid in arm["trial_ids"] if tid in by_id]
             for t in members:
-                x, y = _xy(t, metric)
                 fig.add_trace(
-                    go.Scatter(
-                        x=x,
-                        y=y,
+                    _curve(
+                        *_xy(t, metric),
+                        color,
+                        f"{arm['label']} seed {t['seed']}",
+                        width=1,
                         mode="lines",
-                        line={"color": color, "width": 1},
                         opacity=0.35,
                         legendgroup=arm["label"],
                         showlegend=False,
-                        name=f"{arm['label']} seed {t['seed']}",
                         hovertemplate=f"trial {t['id']}, seed {t['seed']}<br>"
                         "epoch %{x}: %{y:.4g}<extra></extra>",
                     )
                 )
-            x, y = mean_curve(members, metric)
+            mean = f"{arm['label']} (mean of {len(members)})"
             fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=y,
-                    mode="lines+markers",
-                    line={"color": color, "width": 3},
-                    legendgroup=arm["label"],
-                    name=f"{arm['label']} (mean of {len(members)})",
-                )
+                _curve(*mean_curve(members, metric), color, mean, width=3, legendgroup=arm["label"])
             )
     else:
         for i, t in enumerate(trials):
-            x, y = _xy(t, metric)
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=y,
-                    mode="lines+markers",
-                    line={"color": PALETTE[i % len(PALETTE)]},
-                    name=f"#{t['id']} {t['arm']} seed {t['seed']}",
-                )
-            )
+            name = f"#{t['id']} {t['arm']} seed {t['seed']}"
+            fig.add_trace(_curve(*_xy(t, metric), PALETTE[i % len(PALETTE)], name))
     top = max((c["epoch"] for t in trials for c in t.get("curves") or []), default=0)
     fig.update_layout(
         title=f"{metric} by epoch",
@@ -107,29 +122,12 @@ def history_figure(view: Mapping[str, Any]) -> go.Figure:
     objective = view.get("objective") or "objective"
     fig = go.Figure()
     done = [t for t in trials if t.get("value") is not None]
-    fig.add_trace(
-        go.Scatter(
-            x=[t["order"] for t in done],
-            y=[t["value"] for t in done],
-            mode="markers",
-            marker={"color": STATUS_COLORS["COMPLETE"], "size": 9},
-            name="complete",
-            text=[t["arm"] for t in done],
-            hovertemplate="trial %{x}: %{text}<br>%{y:.4g}<extra></extra>",
-        )
-    )
+    fig.add_trace(_points(done, "value", "COMPLETE", "complete", [t["arm"] for t in done]))
     pruned = [t for t in trials if t["status"] == "PRUNED" and t.get("last_value") is not None]
     if pruned:
+        why = [f"{t['arm']}, pruned at epoch {t['pruned_at']}" for t in pruned]
         fig.add_trace(
-            go.Scatter(
-                x=[t["order"] for t in pruned],
-                y=[t["last_value"] for t in pruned],
-                mode="markers",
-                marker={"color": STATUS_COLORS["PRUNED"], "size": 9, "symbol": "x"},
-                name="pruned (last reported)",
-                text=[f"{t['arm']}, pruned at epoch {t['pruned_at']}" for t in pruned],
-                hovertemplate="trial %{x}: %{text}<br>%{y:.4g}<extra></extra>",
-            )
+            _points(pruned, "last_value", "PRUNED", "pruned (last reported)", why, symbol="x")
         )
     best = [(t["order"], t["best_so_far"]) for t in trials if t.get("best_so_far") is not None]
     if best:

@@ -54,6 +54,17 @@ class ApiError(Exception):
 _LISTS = {"study": "studies", "candidate": "candidates", "trial": "studies/ID/trials"}
 
 
+def write_errors(
+    forbidden: str = "Unknown, revoked or read-only token.",
+) -> dict[int | str, dict[str, Any]]:
+    """The documented 401 and 403 of a route that needs a write token (``api.deps``), the 403
+    saying what else ``forbidden`` it (another token's row)."""
+    return {
+        401: {"model": ErrorBody, "description": "No bearer token."},
+        403: {"model": ErrorBody, "description": forbidden},
+    }
+
+
 def not_found(kind: str, key: object) -> ApiError:
     where = _LISTS.get(kind, f"{kind}s")
     return ApiError(404, "not_found", f"no {kind} {key!s:.200}; list them at /api/{where}")

@@ -203,6 +203,58 @@ def trial_rows(state: ServiceState, study_id: int, status: list[str] | None = No
     return out
 
 
+# A curve's points leave long: one row per (trial, epoch, metric). Proxies report different
+# metrics (val_acc, val_fd, ...), so a wide table would be mostly empty columns, while a long
+# one is what pandas groups, pivots (``pivot_table(index=["trial_id", "epoch"],
+# columns="metric", values="value")``) and plots (seaborn's ``hue="metric"``) directly.
+CURVE_COLUMNS = (
+    "study_id", "trial_id", "candidate", "seed", "status", "epoch", "step", "wall_time_s",
+    "metric", "value",
+)  # fmt: skip
+# Per-point fields that are the point's coordinates, not metrics (``trial_metrics`` columns).
+_CURVE_READ = ("epoch", "step", "train_loss", "val_loss", "metrics", "lr", "wall_time")
+
+
+def curve_rows(
+    state: ServiceState, study_id: int, trials: Sequence[int] | None = None
+) -> list[dict]:
+    """The learning curves of the study's trials (or of ``trials``, ids of its trials) in long
+    form (:data:`CURVE_COLUMNS`), by trial id, epoch, then metric: ``train_loss``, the epoch's
+    validation metrics (``val_loss``, ``val_acc``, ... as ``GET /api/trials/{id}`` lists them
+    under ``curves[].metrics``), then ``lr``. A value not recorded, or not finite, has no row.
+    404 for no such study or an id that is not one of its trials."""
+    from normfree.api.errors import ApiError, not_found
+    from normfree.storage import curves
+
+    if state.repo.get_study(study_id) is None:
+        raise not_found("study", study_id)
+    with state.db.read() as conn:
+        heads = curves.trial_heads(conn, study_id=study_id)
+        if trials is not None:
+            wanted = set(trials)
+            missing = sorted(wanted - {h["id"] for h in heads})
+            if missing:
+                shown = ", ".join(map(str, missing[:5]))
+                raise ApiError(404, "not_found", f"study {study_id} has no trial {shown}")
+            heads = [h for h in heads if h["id"] in wanted]
+        points = curves.curves_of(conn, [h["id"] for h in heads], _CURVE_READ)
+    out: list[dict] = []
+    for h in heads:
+        head = {"study_id": h["study_id"], "trial_id": h["id"]}
+        head.update((k, h[k]) for k in ("candidate", "seed", "status"))
+        for p in points[h["id"]]:
+            at = {"epoch": p["epoch"], "step": p["step"], "wall_time_s": p["wall_time"]}
+            values = {"train_loss": p["train_loss"], "val_loss": p["val_loss"]}
+            values.update(p["metrics"])  # the epoch's validation metrics, val_loss among them
+            values["lr"] = p["lr"]
+            out.extend(
+                {**head, **at, "metric": name, "value": float(v)}
+                for name, v in values.items()
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            )
+    return out
+
+
 def arm_rows(state: ServiceState, study_id: int) -> list[dict]:
     """One flat record per arm (cell) of the study, as ``GET /api/studies/{id}`` shows its
     cells, with the study's objective and direction."""
@@ -235,6 +287,7 @@ def leaderboard_rows(
 
 
 __all__ = [
+    "CURVE_COLUMNS",
     "FILE_FORMATS",
     "FILE_RESPONSES",
     "FORMAT_HELP",
@@ -243,6 +296,7 @@ __all__ = [
     "Format",
     "arm_rows",
     "columns_of",
+    "curve_rows",
     "encode",
     "flatten",
     "leaderboard_rows",

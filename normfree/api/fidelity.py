@@ -275,18 +275,11 @@ def summary(
     except Exception:  # logged, not raised: the ranking is still worth showing
         log.exception("fidelity summary failed for proxy=%s study=%s", proxy, study_id)
         return None
-    s = rep.summary
     return S.FidelitySummary(
         reference=rep.reference["name"],
         headline=rep.headline,
-        cells=s["cells"],
-        settings_compared=s["settings_compared"],
-        spearman_mean=s["spearman_mean"],
-        kendall_mean=s["kendall_mean"],
-        pairs_resolvable=s["pairs_resolvable"],
-        pairs_agree=s["pairs_agree"],
-        pair_agreement=s["pair_agreement"],
-        failure_agreement=s["failure_agreement"],
+        # the report's pooled figures that the summary shows, under the report's own names
+        **{k: v for k, v in rep.summary.items() if k in S.FidelitySummary.model_fields},
         calibrated=rep.calibrated,
         calibration=rep.calibration,
         reliability=rep.reliability,

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import lines, services
+from normfree.api import lines, search_importance, services
 from normfree.api import schemas as S
 from normfree.api.errors import not_found
 from normfree.storage import reads
@@ -224,7 +224,9 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))
     line = lines.LINES.stamp(lines.study_target(state, study_id))
-    return (("study", study_id), (stamp, active, versions, line))
+    # a refresh of a search's importance (shown by a generate study's report) moves it too
+    imp = search_importance.landed(state, study_id)
+    return (("study", study_id), (stamp, active, versions, line, imp))
 
 
 def study_summary(state: services.ServiceState, study_id: int, key: Key) -> Any:
@@ -246,6 +248,13 @@ def driven(key: Key) -> bool:
 # -- a candidate's results ------------------------------------------------------------------------
 
 
+def _mentions(names: set[str]) -> Callable[[str], bool]:
+    """Whether an arm's name is a call that takes one of ``names`` as a function argument
+    (``shift_v(softsign15, 1)``; not ``erf(u)``, a primitive in a formula)."""
+    words = [re.compile(rf"(?<![\w.]){re.escape(n)}(?![\w(])") for n in names]
+    return lambda arm: "(" in arm and any(w.search(arm) for w in words)
+
+
 def same_function_names(
     state: services.ServiceState, name: str, fingerprint: str | None, arm_names: set[str]
 ) -> set[str]:
@@ -257,15 +266,48 @@ def same_function_names(
     if not fingerprint:
         return names
     names |= {c.name for c in services._catalog_public() if c.fingerprint == fingerprint}
-    names |= {r["name"] for r in state.repo.list_candidates(fingerprint=fingerprint)}
-    words = [re.compile(rf"(?<![\w.]){re.escape(n)}(?![\w(])") for n in names]
+    stored = {r["name"]: r["formula"] for r in state.repo.list_candidates(fingerprint=fingerprint)}
+    names |= set(stored)
+    mentions = _mentions(names)
+    definitions = tuple(sorted(stored.items()))
     for arm in sorted(arm_names - names):
-        if "(" not in arm or not any(w.search(arm) for w in words):
+        if not mentions(arm):
             continue
-        cand = services._resolve_cached(arm)
+        cand = _resolve_with(arm, definitions)
         if cand is not None and cand.fingerprint == fingerprint:
             names.add(arm)
     return names
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_with(arm: str, definitions: tuple[tuple[str, str], ...]) -> Any:
+    """``arm`` resolved with the stored candidates ``definitions`` (name, formula) known, so that
+    ``shift_v(mine, 0)`` is seen to be ``mine``; None where it does not resolve."""
+    if not definitions:
+        return services._resolve_cached(arm)
+    from normfree.search_space import resolver
+
+    try:
+        return resolver.resolve(arm, resolver.Stored(formula=dict(definitions).get))
+    except Exception:  # odd stored text is "not the same function", never a failed page
+        return None
+
+
+def _board_rows(
+    state: services.ServiceState, wanted: Callable[[str], bool]
+) -> list[dict[str, Any]]:
+    """The leaderboard rows, across proxies, of the arms whose stored norm name is ``wanted``."""
+    with state.db.read() as conn:
+        pairs = reads.arm_candidates(conn)
+    out: list[dict[str, Any]] = []
+    for proxy in sorted({p for p, c in pairs if wanted(c)}):
+        board = leaderboard(state, proxy)
+        out.extend(
+            {"proxy": proxy, "objective": board.objective, **row.model_dump()}
+            for row in board.rows
+            if wanted(row.function)
+        )
+    return out
 
 
 def candidate_results(
@@ -277,14 +319,20 @@ def candidate_results(
     label carries the arm's options (``erf [shift=scalar]``) and still is erf's result.
     """
     with state.db.read() as conn:
-        pairs = reads.arm_candidates(conn)
-    same = same_function_names(state, name, fingerprint, {c for _p, c in pairs})
-    out: list[dict[str, Any]] = []
-    for proxy in sorted({p for p, c in pairs if c in same}):
-        board = leaderboard(state, proxy)
-        out.extend(
-            {"proxy": proxy, "objective": board.objective, **row.model_dump()}
-            for row in board.rows
-            if row.function in same
-        )
-    return out
+        arms = {c for _p, c in reads.arm_candidates(conn)}
+    same = same_function_names(state, name, fingerprint, arms)
+    return _board_rows(state, same.__contains__)
+
+
+def candidate_derived(
+    state: services.ServiceState, name: str, fingerprint: str | None = None
+) -> list[dict[str, Any]]:
+    """The rows of arms built on ``name``'s function that compute other values: its transforms
+    (``shift_v(f, 1)``, ``flat_centre(f, 0.5)``), failed ones included. Why: a property study of
+    a function trains only such arms; without them the function's page would not show that the
+    study ran, or that it failed."""
+    with state.db.read() as conn:
+        arms = {c for _p, c in reads.arm_candidates(conn)}
+    same = same_function_names(state, name, fingerprint, arms)
+    mentions = _mentions(same)
+    return _board_rows(state, lambda arm: arm not in same and mentions(arm))

@@ -21,7 +21,7 @@ from normfree.api.services.state import ServiceState
 from normfree.storage.db import optuna_study_name
 from normfree.storage.study_documents import IMPORTANCE_ATTR, OptunaDocuments, outcome_counts
 
-__all__ = ["epoch", "lookup", "mark", "refreshes_running"]
+__all__ = ["epoch", "landed", "lookup", "mark", "refreshes_running"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ class _Importances:
         self.known: dict[int, dict[str, Any]] = {}
         self.refreshing: set[int] = set()
         self.looked: set[int] = set()  # studies whose stored document this server read once
+        self.landed: dict[int, int] = {}  # per study: refreshes landed (see :func:`landed`)
         self.lock = threading.Lock()
 
 
@@ -74,6 +75,14 @@ def mark(state: ServiceState, study_id: int) -> Hashable:
                 imps.known[study_id] = stored
     doc = imps.known.get(study_id)
     return None if doc is None else tuple(sorted(doc["counts"].items()))
+
+
+def landed(state: ServiceState, study_id: int) -> int:
+    """How many refreshes of the study's importance landed in this server: part of the keys
+    of its summary and page (``api.reads.study_key``), whose generate report shows the
+    importance. A refresh changes what they show without a write to our database; a dict
+    lookup, no query (a study that never needed one: 0)."""
+    return _of(state).landed.get(study_id, 0)
 
 
 def refreshes_running(state: ServiceState) -> int:
@@ -119,6 +128,7 @@ def _refresh(state: ServiceState, imps: _Importances, study_id: int, optuna_name
             doc = importance_with_counts(state.repo, study_id)
             with imps.lock:
                 imps.known[study_id] = doc
+                imps.landed[study_id] = imps.landed.get(study_id, 0) + 1
                 _EPOCH[0] += 1
             _store(state, optuna_name, doc)
         except Exception:

@@ -29,3 +29,9 @@ def fail(message: str, as_json: bool, code: int = 2, **extra: Any) -> NoReturn:
     else:
         click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def amount(x: float) -> str:
+    """A non-negative amount for people: thousands separated, and a small one not rounded to
+    "0" (a one-epoch smoke trial is estimated at a fraction of a trial-second)."""
+    return f"{x:,.0f}" if x >= 1 or x == 0 else f"{x:.2g}"

@@ -1,4 +1,5 @@
-"""``normfree export``: a study's trials or arms, or a leaderboard, as a CSV, Parquet or JSON file.
+"""``normfree export``: a study's trials, arms or curves, or a leaderboard, as a CSV, Parquet or
+JSON file.
 
 The tables are the API's exports (``normfree.api.export``): built here from the database
 (``--db``, the default) by the functions ``GET ...?format=csv|parquet`` calls, or downloaded
@@ -58,11 +59,11 @@ def _options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @main.group("export")
 def export_group() -> None:
-    """Trials, arms or a leaderboard as a CSV, Parquet or JSON table (one row per item).
+    """Trials, arms, learning curves or a leaderboard as a CSV, Parquet or JSON table.
 
-    Trials come with their config, final metrics and a diagnostics summary; CSV cells that a
-    spreadsheet would run as formulas are written as text. --json prints a summary of the file
-    written (it needs --output)."""
+    Trials come with their config, final metrics and a diagnostics summary; curves come long
+    (one row per trial, epoch and metric). CSV cells that a spreadsheet would run as formulas
+    are written as text. --json prints a summary of the file written (it needs --output)."""
 
 
 @export_group.command("trials")
@@ -89,6 +90,22 @@ def export_trials(study_id: int, status: tuple[str, ...], **opts: Any) -> None:
 def export_arms(study_id: int, **opts: Any) -> None:
     """The arms of STUDY_ID: mean and 95% CI per function and value or options."""
     _export("arms", study_id, opts)
+
+
+@export_group.command("curves")
+@click.argument("study_id", type=click.IntRange(1))
+@click.option(
+    "--trial",
+    "trials",
+    multiple=True,
+    type=click.IntRange(1),
+    help="Only this trial of the study (repeatable).",
+)
+@_options
+def export_curves(study_id: int, trials: tuple[int, ...], **opts: Any) -> None:
+    """The learning curves of STUDY_ID's trials, long: one row per trial, epoch and metric
+    (train_loss, the validation metrics, lr), for pandas to group or pivot."""
+    _export("curves", study_id, opts, trials=list(trials) or None)
 
 
 @export_group.command("leaderboard")
@@ -143,6 +160,8 @@ def _build(
             rows = export.leaderboard_rows(state, key, **kw)
         elif what == "trials":
             rows = export.trial_rows(state, key, kw.get("status"))
+        elif what == "curves":
+            rows = export.curve_rows(state, key, kw.get("trials"))
         else:
             rows = export.arm_rows(state, key)
         return export.encode(rows, fmt), len(rows)

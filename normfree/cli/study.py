@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from normfree.cli import main
-from normfree.cli._output import emit, fail, json_option
+from normfree.cli._output import amount, emit, fail, json_option
 from normfree.cli._studies import (
     board,
     counts_line,
@@ -95,7 +96,7 @@ def _create_and_maybe_run(
         if not as_json:
             click.echo(
                 f"study {study_id}: {spec.kind} on {spec.proxy}, {progress['total']} trials "
-                f"(estimated {est.trial_seconds:,.0f} trial-seconds)"
+                f"(estimated {amount(est.trial_seconds)} trial-seconds)"
             )
         executor = early.executor() if early is not None else None
         out["run"] = run_driver(study_id, settings, as_json, parallel, executor)
@@ -107,7 +108,7 @@ def _create_and_maybe_run(
         if detach:
             click.echo(
                 f"created study {r['study_id']} ({r['trials']} trials planned, estimated "
-                f"{r['estimate']['trial_seconds']:,.0f} trial-seconds); "
+                f"{amount(r['estimate']['trial_seconds'])} trial-seconds); "
                 f"run it with `normfree study run {r['study_id']}`"
             )
             return
@@ -612,14 +613,28 @@ def _steer(
     return out
 
 
-@study.command("pause")
-@click.argument("study_id", type=int)
-@db_option
-@json_option
-def study_pause(study_id: int, database_url: str | None, as_json: bool) -> None:
-    """Stop leasing at once; running trials stop at their next epoch and wait (uncharged)."""
-    out = _steer(study_id, "pause", database_url, as_json)
-    emit(out, as_json, lambda r: click.echo(f"study {study_id} paused"))
+def _steer_command(action: str, text: str, said: Callable[[int, dict[str, Any]], str]) -> None:
+    """``normfree study ACTION STUDY_ID``: a transition with nothing more to do here."""
+
+    @study.command(action, help=text)
+    @click.argument("study_id", type=int)
+    @db_option
+    @json_option
+    def command(study_id: int, database_url: str | None, as_json: bool) -> None:
+        out = _steer(study_id, action, database_url, as_json)
+        emit(out, as_json, lambda r: click.echo(said(study_id, r)))
+
+
+_steer_command(
+    "pause",
+    "Stop leasing at once; running trials stop at their next epoch and wait (uncharged).",
+    lambda sid, r: f"study {sid} paused",
+)
+_steer_command(
+    "cancel",
+    "Cancel: waiting trials never run; running ones stop at their next epoch.",
+    lambda sid, r: f"study {sid} cancelled ({r['cancelled_waiting']} waiting trials dropped)",
+)
 
 
 @study.command("resume")
@@ -636,22 +651,6 @@ def study_resume(
     if not detach:
         out["run"] = run_driver(study_id, settings_for(database_url), as_json, parallel)
     emit(out, as_json, lambda r: click.echo(f"study {study_id}: {r.get('run', r)['status']}"))
-
-
-@study.command("cancel")
-@click.argument("study_id", type=int)
-@db_option
-@json_option
-def study_cancel(study_id: int, database_url: str | None, as_json: bool) -> None:
-    """Cancel: waiting trials never run; running ones stop at their next epoch."""
-    out = _steer(study_id, "cancel", database_url, as_json)
-    emit(
-        out,
-        as_json,
-        lambda r: click.echo(
-            f"study {study_id} cancelled ({r['cancelled_waiting']} waiting trials dropped)"
-        ),
-    )
 
 
 @study.command("list")

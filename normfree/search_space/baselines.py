@@ -7,7 +7,7 @@ cross-layer types can use it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -20,13 +20,7 @@ class Baseline:
     description: str
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            "name": self.name,
-            "group": self.group,
-            "citation": self.citation,
-            "description": self.description,
-            "kind": "baseline",
-        }
+        return {**asdict(self), "kind": "baseline"}
 
 
 BASELINES: tuple[Baseline, ...] = (

@@ -64,16 +64,21 @@ def trial_heads(
     return out
 
 
-def curves_of(conn: Any, ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
-    """Per trial id, its curve points by epoch (a trial with none maps to ``[]``)."""
+def curves_of(
+    conn: Any, ids: Sequence[int], fields: Sequence[str] = CURVE_FIELDS
+) -> dict[int, list[dict[str, Any]]]:
+    """Per trial id, its curve points by epoch (a trial with none maps to ``[]``): the
+    :data:`CURVE_FIELDS`, or ``fields`` (columns of ``trial_metrics``; an export adds ``lr``
+    and ``wall_time``), ``metrics`` always a dict."""
     m = TrialMetricRow
     out: dict[int, list[dict[str, Any]]] = {int(i): [] for i in ids}
-    cols = [m.trial_id, *(getattr(m, f) for f in CURVE_FIELDS)]
+    cols = [m.trial_id, *(getattr(m, f) for f in fields)]
     for chunk in _chunks(sorted(out)):
         q = sa.select(*cols).where(m.trial_id.in_(chunk)).order_by(m.trial_id, m.epoch)
         for row in conn.execute(q):
-            point = dict(zip(CURVE_FIELDS, row[1:], strict=True))
-            point["metrics"] = point["metrics"] if isinstance(point["metrics"], dict) else {}
+            point = dict(zip(fields, row[1:], strict=True))
+            found = point.get("metrics")
+            point["metrics"] = found if isinstance(found, dict) else {}
             out[int(row[0])].append(point)
     return out
 

@@ -260,12 +260,17 @@ def _readable_seeds(seeds: Any) -> dict[int, float] | None:
         return None
 
 
+# the summary columns an Arm takes as stored, and those it takes only when they read as mappings
+_ARM_COLUMNS = (
+    "arm_key", "candidate", "context_key", "objective", "direction",
+    "n_trials", "n_diverged", "n_failed", "n_pruned",
+)  # fmt: skip
+_ARM_MAPPINGS = ("norm", "axis_values", "overrides")
+
+
 def _arm_from_summary(row: Any) -> Arm:
     m = row._mapping if hasattr(row, "_mapping") else row
     unreadable: list[str] = []
-
-    def mapping(name: str) -> dict[str, Any]:
-        return _readable(m[name], name, unreadable)
 
     by_seed = _readable_seeds(m["seeds"])
     if by_seed is None:
@@ -274,18 +279,8 @@ def _arm_from_summary(row: Any) -> Arm:
     if not isinstance(study_ids, list):
         unreadable.append("study_ids")
     return Arm(
-        arm_key=m["arm_key"],
-        candidate=m["candidate"],
-        context_key=m["context_key"],
-        norm=mapping("norm"),
-        axis_values=mapping("axis_values"),
-        overrides=mapping("overrides"),
-        objective=m["objective"],
-        direction=m["direction"],
-        n_trials=m["n_trials"],
-        n_diverged=m["n_diverged"],
-        n_failed=m["n_failed"],
-        n_pruned=m["n_pruned"],
+        **{name: m[name] for name in _ARM_COLUMNS},
+        **{name: _readable(m[name], name, unreadable) for name in _ARM_MAPPINGS},
         by_seed=by_seed or {},
         study_ids=study_ids if isinstance(study_ids, list) else [],
         unreadable=unreadable,

@@ -11,12 +11,13 @@ reports the epochs up to the one its "pruner" stopped it at and ends PRUNED.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from normfree.settings import Settings
 from normfree.specs import StudySpec, TrialResult
 from normfree.testing.seeding import synthetic_complete, synthetic_curves
 
-__all__ = ["PRUNED_AT", "SEARCH_SPEC", "SeededSearch", "seed_search_study"]
+__all__ = ["GENERATE_SPEC", "PRUNED_AT", "SEARCH_SPEC", "SeededSearch", "seed_search_study"]
 
 FUNCTIONS = ["erf", "tanh", "arctan", "isru", "smoothsign"]
 SEARCH_SPEC = StudySpec(
@@ -27,6 +28,18 @@ SEARCH_SPEC = StudySpec(
     sampler="random",
     n_trials=len(FUNCTIONS),
     epochs=3,
+)
+# The same functions as the seeds of a generate study's generation 0 (no evolution after it):
+# a function search of the other kind, whose report shows the importance on the study page.
+GENERATE_SPEC = StudySpec(
+    kind="generate",
+    name="seeded generate",
+    proxy="vit-tiny",
+    functions=FUNCTIONS,
+    seeds=1,
+    epochs=3,
+    baselines=[],
+    params={"generations": 0, "population": len(FUNCTIONS), "prescreen": False},
 )
 # Final accuracy of each function's trial; the ones in PRUNED_AT stop at that epoch instead.
 ACCURACY = {"erf": 0.82, "tanh": 0.80, "arctan": 0.76, "isru": 0.60, "smoothsign": 0.55}
@@ -51,27 +64,33 @@ def _result(function: str) -> TrialResult:
     return synthetic_complete(ACCURACY[function])
 
 
-def seed_search_study(settings: Settings) -> SeededSearch:
-    """Create, 'run' and complete the search; return its ids."""
+def seed_search_study(settings: Settings, spec: StudySpec = SEARCH_SPEC) -> SeededSearch:
+    """Create, 'run' and complete the search (or ``spec``: :data:`GENERATE_SPEC`); return its
+    ids. A search's refill asks one trial, a generate study's plans a whole generation: each
+    is run to its end before the next refill, as the driver waits for what is in flight."""
     from normfree.workers.driver import StudyDriver, create_study
 
-    study_id = create_study(SEARCH_SPEC, settings=settings)
+    study_id = create_study(spec, settings=settings)
     driver = StudyDriver(study_id, settings=settings)
     repo = driver.store.repo
     repo.set_study_status(study_id, "running")
     ids: dict[str, int] = {}
     while driver.kind.refill(driver):
-        leased = repo.lease_next(study_id, driver.owner, 60.0)
-        if leased is None:
-            continue
-        function = str(leased.axis_values["function"])
-        result = _result(function)
-        for record in result.curves:  # what the worker records before each pruner question
-            assert repo.record_epoch(
-                leased.id, driver.owner, leased.attempt, record, lease_seconds=60.0
-            )
-        assert repo.finish_trial(leased.id, driver.owner, leased.attempt, result)
-        driver.tell(leased.optuna_number, result.status.upper(), result.value)
-        ids[function] = leased.id
+        while (leased := repo.lease_next(study_id, driver.owner, 60.0)) is not None:
+            ids[str(leased.axis_values["function"])] = _finish(driver, leased)
     repo.set_study_status(study_id, "complete")
     return SeededSearch(study_id, ids, dict(PRUNED_AT))
+
+
+def _finish(driver: Any, leased: Any) -> int:
+    """One leased trial run as a worker runs it (epochs recorded, then the result), and told."""
+    repo = driver.store.repo
+    function = str(leased.axis_values["function"])
+    result = _result(function)
+    for record in result.curves:  # what the worker records before each pruner question
+        assert repo.record_epoch(
+            leased.id, driver.owner, leased.attempt, record, lease_seconds=60.0
+        )
+    assert repo.finish_trial(leased.id, driver.owner, leased.attempt, result)
+    driver.tell(leased.optuna_number, result.status.upper(), result.value)
+    return int(leased.id)

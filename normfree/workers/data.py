@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -184,6 +185,11 @@ def _scale01(x: np.ndarray) -> np.ndarray:
     return x / 255.0 if x.max() > 1.0 else x
 
 
+def _is_npy(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(6) == b"\x93NUMPY"
+
+
 def load_npz(path: str | Path) -> Dataset:
     """User arrays: keys ``x`` and ``y``; optional ``x_val, y_val, x_test, y_test`` fix the splits.
 
@@ -191,10 +197,12 @@ def load_npz(path: str | Path) -> Dataset:
     70/15/15 split is made.
     """
     path = Path(path)
+    if path.is_file() and not zipfile.is_zipfile(path) and not _is_npy(path):
+        # numpy would read it as a pickle and refuse that, advising allow_pickle: never here
+        raise ValueError(f"{path.name} is not an .npz archive (an .npz file is a zip of arrays)")
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        # numpy reads a file that is no zip archive as a pickle and refuses that; say what it is
         raise ValueError(f"{path.name} is not a readable .npz archive of arrays ({e})") from e
     if not hasattr(archive, "files"):
         raise ValueError(f"{path.name} holds a single array, not an .npz archive with x and y")

@@ -273,15 +273,19 @@ class StudyDriver:
     # ---------------------------------------------------------------- Optuna bookkeeping
 
     def tell(self, number: int | None, status: str, value: float | None) -> None:
-        """Tell Optuna how a trial ended (a value only for COMPLETE; FAIL for no value)."""
-        if number is None:
-            return
-        if status == "COMPLETE" and value is not None:
-            self.optuna.tell(number, value, skip_if_finished=True)
-        elif status == "PRUNED":
-            self.optuna.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
-        else:  # diverged, failed, cancelled: no value for the sampler to learn from
-            self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        """Tell Optuna how a trial ended (a value only for COMPLETE; FAIL for no value), and
+        for a search kind store the study's importance now that the trial is written. A
+        generate study's trials were planned, not asked (no ``number``): nothing to tell, but
+        its importance is stored all the same, so its page never computes it on a read."""
+        if number is not None:
+            if status == "COMPLETE" and value is not None:
+                self.optuna.tell(number, value, skip_if_finished=True)
+            elif status == "PRUNED":
+                self.optuna.tell(
+                    number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True
+                )
+            else:  # diverged, failed, cancelled: no value for the sampler to learn from
+                self.optuna.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         if self.kind.searches:
             self.store_importance()
 

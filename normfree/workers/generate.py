@@ -75,6 +75,7 @@ __all__ = [
     "GenerateOptions",
     "GenerationRecord",
     "GenerativePlanner",
+    "ImportanceSource",
     "Individual",
     "Seen",
     "generate_options",
@@ -352,15 +353,30 @@ def summarize_records(records: Sequence[GenerationRecord]) -> dict[str, Any]:
     }
 
 
-def study_report(store: Any, study_id: int) -> dict[str, Any]:
+# Where a report's importance comes from: given the study's per-status trial counts, the
+# importance and whether it lags them (``api.search_importance.lookup``: the stored document,
+# never computed on the read, a refresh started in the background when it lags).
+ImportanceSource = Callable[[Mapping[str, int]], tuple[dict[str, Any] | None, bool]]
+
+
+def study_report(
+    store: Any, study_id: int, importance: ImportanceSource | None = None
+) -> dict[str, Any]:
     """What a generate study did and learnt: generations (from Optuna) and property importance.
 
     ``store`` is a ``workers.execution.TrialStore`` (or anything with ``repo`` and
     ``optuna_storage()``). Missing Optuna records (a study never run) give empty generations.
+    The importance is the one the driver stored with the Optuna study when the study's latest
+    trial was written (``storage.study_documents``): computing it takes seconds (scipy, sympy,
+    every function resolved). ``importance``: where to look it up (the API's, which refreshes
+    a lagging one in the background); without it, the stored one when it matches the trials,
+    else computed here (a command has no background to wait for). ``importance_stale``: the
+    importance shown was computed before the latest trials were written (or none is stored).
     """
     import optuna
 
-    from normfree.workers.importance import study_importance
+    from normfree.storage.study_documents import IMPORTANCE_ATTR, outcome_counts
+    from normfree.workers.importance import importance_with_counts
 
     study = store.repo.get_study(study_id)
     if study is None:
@@ -371,8 +387,9 @@ def study_report(store: Any, study_id: int) -> dict[str, Any]:
             storage=store.optuna_storage(),
         )
         records = load_records(ostudy)
+        stored = ostudy.user_attrs.get(IMPORTANCE_ATTR)
     except KeyError:
-        records = []
+        records, stored = [], None
     out = summarize_records(records)
     rows = store.repo.list_trials(study_id)
     done = [r for r in rows if r["total_time_s"] and r["status"] in ("COMPLETE", "PRUNED")]
@@ -383,5 +400,14 @@ def study_report(store: Any, study_id: int) -> dict[str, Any]:
         out["trial_s_avoided"] = out["rejected_before_training"] * seeds * mean_trial_s
     else:
         out["trial_s_avoided"] = None
-    out["importance"] = study_importance(store.repo, study_id)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    if importance is not None:
+        out["importance"], out["importance_stale"] = importance(counts)
+    elif isinstance(stored, dict) and stored.get("counts") == outcome_counts(counts):
+        out["importance"], out["importance_stale"] = stored.get("importance"), False
+    else:
+        out["importance"] = importance_with_counts(store.repo, study_id)["importance"]
+        out["importance_stale"] = False
     return out

@@ -38,16 +38,22 @@ class Api:
         return self.app.state.services.repo
 
 
+def raising(exc: Exception) -> Callable[..., Any]:
+    """A stand-in for a function that fails: it raises ``exc`` whatever it is called with."""
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise exc
+
+    return broken
+
+
 def internal_error(api: Api, message: str) -> httpx.Response:
     """``GET /api/studies`` answered while its service raises ``RuntimeError(message)``: what a
     client sees of any unexpected failure (a 500 from the app's own handler, not a traceback)."""
     from normfree.api import services
 
-    def broken(*_a: Any, **_k: Any) -> Any:
-        raise RuntimeError(message)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(services, "list_studies", broken)
+        mp.setattr(services, "list_studies", raising(RuntimeError(message)))
         return TestClient(api.app, raise_server_exceptions=False).get("/api/studies")
 
 
@@ -107,3 +113,18 @@ def seeded(api: Api) -> Seeded:
     out = seed_property_study(api.settings)
     wait_for_analyses(api)
     return out
+
+
+@pytest.fixture
+def half_finished(make_api: Callable[..., Api], database_url: str) -> tuple[Api, int]:
+    """An app over a study of erf and LayerNorm (2 seeds) with 2 of its 4 trials finished, and
+    its analyses done (else a finishing analysis would change the boards' ETags too); with the
+    study's id."""
+    from normfree.specs import NormSpec
+    from tests.api.test_reads import _finish, _study
+
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="layernorm")])
+    _finish(api.repo, sid, limit=2)
+    wait_for_analyses(api)
+    return api, sid

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, raising
 from tests.api.test_page_names import PROXY, store_arms
 
 HTML = {"Accept": "text/html"}
@@ -156,10 +156,7 @@ def test_a_failing_fidelity_line_costs_only_the_line(
 ) -> None:
     from normfree.api import fidelity
 
-    def broken(*_a: object, **_k: object) -> None:
-        raise ValueError("a reference set that cannot be read")
-
-    monkeypatch.setattr(fidelity, "summary", broken)
+    monkeypatch.setattr(fidelity, "summary", raising(ValueError("an unreadable reference set")))
     with caplog.at_level(logging.ERROR, logger="normfree.api.services.leaderboards"):
         board = _ok(api, f"/api/leaderboards/{PROXY}")
     assert board["fidelity"] is None and board["unreadable"] == ["fidelity"]

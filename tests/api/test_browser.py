@@ -12,208 +12,162 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
-from normfree.settings import Settings, get_settings
+from normfree.settings import Settings
 from normfree.testing.live import live_server, run_cli
 from normfree.testing.seeding import seed_property_study
-
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests.api import bodies
+from tests.api.browser import CHROMIUM, FLAGS, chromium, need_chromium
 
 pytestmark = pytest.mark.browser
 
 
-def _need_chromium() -> None:
-    reason = None
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        reason = "Debian chromium is not installed (apt-get install chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError as exc:
-            reason = f"playwright is not importable: {exc}"
-    if reason:
-        if get_settings().ci:
-            pytest.fail(f"{reason} (CI=true: the browser test must run)")
-        pytest.skip(reason)
-
-
 def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
+    need_chromium()
 
     url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
     seeded = seed_property_study(Settings(database_url=url_db), real_trials=1)
+    token, shots = _token_and_shots(url_db, tmp_path)
+
+    with live_server(url_db, "--no-run-studies") as base, chromium(tmp_path, base) as tab:
+        page, errors, outside = tab.page, tab.errors, tab.outside
+
+        # Leaderboard: the table and the CI figure (plotly draws SVG into .main-svg).
+        page.goto(base + "?proxy=vit-tiny")
+        page.wait_for_selector("#lb-figure .main-svg")
+        rows = page.locator("#leaderboard tbody tr")
+        assert rows.count() == 7
+        assert rows.first.locator("td").nth(1).inner_text() == "layernorm"
+        assert page.locator("#leaderboard .badge.good").first.inner_text() == "best"
+        # sortable: clicking "rank" twice sorts descending
+        header = page.locator("#leaderboard th", has_text="rank")
+        header.click()
+        header.click()
+        assert rows.first.locator("td").first.inner_text() == "7"
+        page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
+        # its download link saves the ranking as a CSV file (issue 27, 4)
+        with page.expect_download() as got:
+            page.click("#board-csv")
+        assert len(pd.read_csv(got.value.path())) == 7
+
+        # Property study: metric vs transform value with error bars, diverged cell marked.
+        page.goto(f"{base}studies/{seeded.study_id}")
+        page.wait_for_selector("#study-figure .main-svg")
+        legend = page.locator("#study-figure .legendtext").all_text_contents()
+        assert {"erf", "tanh", "diverged"} <= set(legend)
+        assert page.locator("#study-figure .errorbar").count() >= 2
+        page.screenshot(path=str(shots / "study.png"), full_page=True)
+        with page.expect_download() as got:
+            page.click("#arms-csv")
+        arms = pd.read_csv(got.value.path())
+        assert len(arms) == page.locator("#cells tbody tr").count() > 0
+
+        # Fidelity of the study to the published results: summary, scatter per setting,
+        # and the leaderboard's line linking to it.
+        page.goto(f"{base}fidelity?study_id={seeded.study_id}")
+        page.wait_for_selector("#fidelity-figure-0 .main-svg")
+        summary = page.locator("#fidelity-summary").inner_text()
+        assert "published orders reproduced" in summary
+        assert "not calibrated" in summary  # vit-tiny: the figures, and no verdict
+        assert page.locator(".fidelity-setting h2", has_text="horizontal shift of erf").count()
+        page.screenshot(path=str(shots / "fidelity.png"), full_page=True)
+        page.goto(base + "?proxy=vit-tiny")
+        page.wait_for_selector("#fidelity-line")
+        page.click("#fidelity-line a")
+        page.wait_for_selector("#fidelity-summary")
+
+        # Trial page of the really trained trial: three figures.
+        page.goto(f"{base}trials/{seeded.real_trial_ids[0]}")
+        for fig in ("curves-figure", "alpha-figure", "layers-figure"):
+            page.wait_for_selector(f"#{fig} .main-svg")
+        page.screenshot(path=str(shots / "trial.png"), full_page=True)
+
+        # Candidate page.
+        page.goto(base + "candidates/erf")
+        page.wait_for_selector("#fn-figure .main-svg")
+        page.screenshot(path=str(shots / "candidate.png"), full_page=True)
+
+        # Submit a formula through the form.
+        page.goto(base + "submit")
+        _submit(page, "browsersquash", "u/sqrt(1+u**2/4)", token, description="isru, wider")
+        page.wait_for_selector("#submit-result")
+        result = page.locator("#submit-result").inner_text()
+        assert "Stored" in result and "browsersquash" in result
+        page.wait_for_selector("#fn-figure .main-svg")
+        page.screenshot(path=str(shots / "submitted.png"), full_page=True)
+        # ... and it is now served by the API.
+        got = page.request.get(base + "api/candidates/browsersquash").json()
+        assert got["source"] == "user" and got["description"] == "isru, wider"
+
+        # A wrong token in the form is refused with the reason, not a stack trace.
+        page.goto(base + "submit")
+        _submit(page, "nope", "tanh(u)", "nf_wrong")
+        page.wait_for_selector("#submit-error")
+        assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
+
+        # Live progress: a study created through the API, its trials finished by a "worker"
+        # (this process, through the repository) while the page is open; the page polls.
+        body = bodies.study(transform="shift_v", values=[0, 0.5])
+        created = page.request.post(
+            base + "api/studies", data=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert created.status == 201, created.text()
+        sid = created.json()["id"]
+        page.goto(f"{base}studies/{sid}")
+        page.wait_for_selector("#study-figure .main-svg")
+        assert "0/2 finished" in page.locator("#progress-text").inner_text()
+        assert page.locator("#study-state .badge").inner_text() == "pending"
+        assert "no trial finished yet" in page.locator("#progress-rate").inner_text()
+        # one trial finishes: throughput, an ETA counted down in the page, the best arm
+        _finish_all(url_db, sid, limit=1)
+        page.wait_for_function(
+            "document.getElementById('progress-text').textContent.includes('1/2 finished')",
+        )
+        rate = page.locator("#progress-rate").inner_text()
+        assert "trials/min" in rate and "ETA" in rate, rate
+        assert "best arm so far: erf" in page.locator("#progress-best").inner_text()
+        _finish_all(url_db, sid)
+        page.wait_for_function(
+            "document.getElementById('progress-text').textContent.includes('2/2 finished')",
+        )
+        # nothing left to run (no driver here: the stored status stays pending): the badge
+        # and the counts agree, never "pending" or "running" beside "2/2 finished"
+        assert page.locator("#study-state .badge").inner_text() == "complete"
+        assert page.locator("#progress-text").inner_text().startswith("complete: 2/2")
+        # the figure was redrawn with the new cells (an error bar per finished value)
+        page.wait_for_function(
+            "document.querySelectorAll('#study-figure .point').length >= 2", timeout=30_000
+        )
+        page.wait_for_function(
+            "document.querySelectorAll('#study-tables .badge.good').length == 2",
+        )  # the trial table was refreshed: both trials COMPLETE
+        page.screenshot(path=str(shots / "study_live.png"), full_page=True)
+
+        assert not errors, errors
+        assert not outside, outside
+
+
+def _submit(page: Any, name: str, formula: str, token: str, description: str = "") -> None:
+    """Fill the submit form as a person would and send it."""
+    page.fill("#name", name)
+    page.fill("#formula", formula)
+    if description:
+        page.fill("#description", description)
+    page.fill("#token", token)
+    page.click("#submit-button")
+
+
+def _token_and_shots(url_db: str, tmp_path: Path) -> tuple[str, Path]:
+    """A write token made by the CLI, and the folder the screenshots go to."""
     made = run_cli(["token", "create", "browser", "--json"], url_db)
     assert made.returncode == 0, made.stderr
-    token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
     shots = tmp_path / "screenshots"
     shots.mkdir()
-
-    with live_server(url_db, "--no-run-studies") as base, sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=shutil.which("chromium") or CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1280, "height": 1000},
-        )
-        try:
-            page = ctx.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            # Nothing may leave the machine: every request goes to the live server.
-            outside: list[str] = []
-            page.on(
-                "request",
-                lambda req: None if req.url.startswith(base) else outside.append(req.url),
-            )
-
-            # Leaderboard: the table and the CI figure (plotly draws SVG into .main-svg).
-            page.goto(base + "?proxy=vit-tiny")
-            page.wait_for_selector("#lb-figure .main-svg", timeout=30_000)
-            rows = page.locator("#leaderboard tbody tr")
-            assert rows.count() == 7
-            assert rows.first.locator("td").nth(1).inner_text() == "layernorm"
-            assert page.locator("#leaderboard .badge.good").first.inner_text() == "best"
-            # sortable: clicking "rank" twice sorts descending
-            header = page.locator("#leaderboard th", has_text="rank")
-            header.click()
-            header.click()
-            assert rows.first.locator("td").first.inner_text() == "7"
-            page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
-            # its download link saves the ranking as a CSV file (issue 27, 4)
-            with page.expect_download() as got:
-                page.click("#board-csv")
-            assert len(pd.read_csv(got.value.path())) == 7
-
-            # Property study: metric vs transform value with error bars, diverged cell marked.
-            page.goto(f"{base}studies/{seeded.study_id}")
-            page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
-            legend = page.locator("#study-figure .legendtext").all_text_contents()
-            assert {"erf", "tanh", "diverged"} <= set(legend)
-            assert page.locator("#study-figure .errorbar").count() >= 2
-            page.screenshot(path=str(shots / "study.png"), full_page=True)
-            with page.expect_download() as got:
-                page.click("#arms-csv")
-            arms = pd.read_csv(got.value.path())
-            assert len(arms) == page.locator("#cells tbody tr").count() > 0
-
-            # Fidelity of the study to the published results: summary, scatter per setting,
-            # and the leaderboard's line linking to it.
-            page.goto(f"{base}fidelity?study_id={seeded.study_id}")
-            page.wait_for_selector("#fidelity-figure-0 .main-svg", timeout=30_000)
-            summary = page.locator("#fidelity-summary").inner_text()
-            assert "published orders reproduced" in summary
-            assert "not calibrated" in summary  # vit-tiny: the figures, and no verdict
-            assert page.locator(".fidelity-setting h2", has_text="horizontal shift of erf").count()
-            page.screenshot(path=str(shots / "fidelity.png"), full_page=True)
-            page.goto(base + "?proxy=vit-tiny")
-            page.wait_for_selector("#fidelity-line", timeout=30_000)
-            page.click("#fidelity-line a")
-            page.wait_for_selector("#fidelity-summary", timeout=30_000)
-
-            # Trial page of the really trained trial: three figures.
-            page.goto(f"{base}trials/{seeded.real_trial_ids[0]}")
-            for fig in ("curves-figure", "alpha-figure", "layers-figure"):
-                page.wait_for_selector(f"#{fig} .main-svg", timeout=30_000)
-            page.screenshot(path=str(shots / "trial.png"), full_page=True)
-
-            # Candidate page.
-            page.goto(base + "candidates/erf")
-            page.wait_for_selector("#fn-figure .main-svg", timeout=30_000)
-            page.screenshot(path=str(shots / "candidate.png"), full_page=True)
-
-            # Submit a formula through the form.
-            page.goto(base + "submit")
-            page.fill("#name", "browsersquash")
-            page.fill("#formula", "u/sqrt(1+u**2/4)")
-            page.fill("#description", "isru, wider")
-            page.fill("#token", token)
-            page.click("#submit-button")
-            page.wait_for_selector("#submit-result", timeout=60_000)
-            result = page.locator("#submit-result").inner_text()
-            assert "Stored" in result and "browsersquash" in result
-            page.wait_for_selector("#fn-figure .main-svg", timeout=30_000)
-            page.screenshot(path=str(shots / "submitted.png"), full_page=True)
-            # ... and it is now served by the API.
-            got = page.request.get(base + "api/candidates/browsersquash").json()
-            assert got["source"] == "user" and got["description"] == "isru, wider"
-
-            # A wrong token in the form is refused with the reason, not a stack trace.
-            page.goto(base + "submit")
-            page.fill("#name", "nope")
-            page.fill("#formula", "tanh(u)")
-            page.fill("#token", "nf_wrong")
-            page.click("#submit-button")
-            page.wait_for_selector("#submit-error")
-            assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
-
-            # Live progress: a study created through the API, its trials finished by a "worker"
-            # (this process, through the repository) while the page is open; the page polls.
-            body = {
-                "kind": "property",
-                "proxy": "vit-tiny",
-                "functions": ["erf"],
-                "transform": "shift_v",
-                "values": [0, 0.5],
-                "seeds": 1,
-                "epochs": 1,
-            }
-            created = page.request.post(
-                base + "api/studies", data=body, headers={"Authorization": f"Bearer {token}"}
-            )
-            assert created.status == 201, created.text()
-            sid = created.json()["id"]
-            page.goto(f"{base}studies/{sid}")
-            page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
-            assert "0/2 finished" in page.locator("#progress-text").inner_text()
-            assert page.locator("#study-state .badge").inner_text() == "pending"
-            assert "no trial finished yet" in page.locator("#progress-rate").inner_text()
-            # one trial finishes: throughput, an ETA counted down in the page, the best arm
-            _finish_all(url_db, sid, limit=1)
-            page.wait_for_function(
-                "document.getElementById('progress-text').textContent.includes('1/2 finished')",
-                timeout=30_000,
-            )
-            rate = page.locator("#progress-rate").inner_text()
-            assert "trials/min" in rate and "ETA" in rate, rate
-            assert "best arm so far: erf" in page.locator("#progress-best").inner_text()
-            _finish_all(url_db, sid)
-            page.wait_for_function(
-                "document.getElementById('progress-text').textContent.includes('2/2 finished')",
-                timeout=30_000,
-            )
-            # nothing left to run (no driver here: the stored status stays pending): the badge
-            # and the counts agree, never "pending" or "running" beside "2/2 finished"
-            assert page.locator("#study-state .badge").inner_text() == "complete"
-            assert page.locator("#progress-text").inner_text().startswith("complete: 2/2")
-            # the figure was redrawn with the new cells (an error bar per finished value)
-            page.wait_for_function(
-                "document.querySelectorAll('#study-figure .point').length >= 2", timeout=30_000
-            )
-            page.wait_for_function(
-                "document.querySelectorAll('#study-tables .badge.good').length == 2",
-                timeout=30_000,
-            )  # the trial table was refreshed: both trials COMPLETE
-            page.screenshot(path=str(shots / "study_live.png"), full_page=True)
-
-            assert not errors, errors
-            assert not outside, outside
-        finally:
-            ctx.close()
+    return json.loads(made.stdout.strip().splitlines()[-1])["token"], shots
 
 
 def _finish_all(database_url: str, study_id: int, limit: int | None = None) -> None:
@@ -240,7 +194,7 @@ def _finish_all(database_url: str, study_id: int, limit: int | None = None) -> N
 def test_plot_labels_render_as_text_in_a_real_browser(tmp_path: Path) -> None:
     """Issue 28, 6: a label holding plotly's markup (a link, a styled span, bold) is drawn as the
     characters it holds, with no link or style in the drawn SVG: the escaping renders as text."""
-    _need_chromium()
+    need_chromium()
     import plotly.graph_objects as go
     from playwright.sync_api import sync_playwright
 
@@ -278,130 +232,98 @@ def test_compare_search_docs_and_the_kept_token_in_a_real_browser(tmp_path: Path
     (and its metric selector redraws), a search's view draws its history, importance and
     pruning timeline, /docs renders Swagger UI with nothing fetched from outside, and the
     submit form keeps its token for the tab's life (a refused one is forgotten)."""
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
+    need_chromium()
 
     from normfree.testing.search_seeding import seed_search_study
 
     url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
     seeded = seed_property_study(Settings(database_url=url_db))
     search = seed_search_study(Settings(database_url=url_db))
-    made = run_cli(["token", "create", "browser", "--json"], url_db)
-    assert made.returncode == 0, made.stderr
-    token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    token, shots = _token_and_shots(url_db, tmp_path)
 
-    with live_server(url_db, "--no-run-studies") as base, sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=shutil.which("chromium") or CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1280, "height": 1000},
+    with live_server(url_db, "--no-run-studies") as base, chromium(tmp_path, base) as tab:
+        page, errors, outside, ctx = tab.page, tab.errors, tab.outside, tab.ctx
+
+        # A study page's arm checkboxes -> /compare: each arm's seeds and their mean.
+        page.goto(f"{base}studies/{seeded.study_id}")
+        boxes = page.locator("#compare-form input[name=arm]")
+        assert boxes.count() == 7
+        boxes.nth(0).check()
+        boxes.nth(1).check()
+        page.screenshot(path=str(shots / "study_compare_block.png"), full_page=True)
+        page.click("#compare-button")
+        page.wait_for_selector("#compare-figure .main-svg")
+        legend = page.locator("#compare-figure .legendtext").all_text_contents()
+        assert len(legend) == 2 and all("(mean of 2)" in t for t in legend), legend
+        assert page.locator("#compare-trials-table tbody tr").count() == 4
+        assert page.locator("#compare-figure .gtitle").text_content() == "val_acc by epoch"
+        page.select_option("#compare-metric", "train_loss")
+        page.wait_for_function(
+            "document.querySelector('#compare-figure .gtitle')?.textContent"
+            " === 'train_loss by epoch'",
         )
-        try:
-            page = ctx.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            outside: list[str] = []
-            ctx.on(
-                "request",
-                lambda req: None if req.url.startswith(base) else outside.append(req.url),
-            )
+        assert len(page.locator("#compare-figure .legendtext").all_text_contents()) == 2
+        page.screenshot(path=str(shots / "compare_arms.png"), full_page=True)
 
-            # A study page's arm checkboxes -> /compare: each arm's seeds and their mean.
-            page.goto(f"{base}studies/{seeded.study_id}")
-            boxes = page.locator("#compare-form input[name=arm]")
-            assert boxes.count() == 7
-            boxes.nth(0).check()
-            boxes.nth(1).check()
-            page.screenshot(path=str(shots / "study_compare_block.png"), full_page=True)
-            page.click("#compare-button")
-            page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
-            legend = page.locator("#compare-figure .legendtext").all_text_contents()
-            assert len(legend) == 2 and all("(mean of 2)" in t for t in legend), legend
-            assert page.locator("#compare-trials-table tbody tr").count() == 4
-            assert page.locator("#compare-figure .gtitle").text_content() == "val_acc by epoch"
-            page.select_option("#compare-metric", "train_loss")
-            page.wait_for_function(
-                "document.querySelector('#compare-figure .gtitle')?.textContent"
-                " === 'train_loss by epoch'",
-                timeout=30_000,
-            )
-            assert len(page.locator("#compare-figure .legendtext").all_text_contents()) == 2
-            page.screenshot(path=str(shots / "compare_arms.png"), full_page=True)
+        # Trials by id, from the empty page's form.
+        page.goto(base + "compare")
+        a, b, c = seeded.trial_ids[:3]
+        page.fill("#compare-trials", f"{a},{b},{c}")
+        page.click("#compare-trials-button")
+        page.wait_for_selector("#compare-figure .main-svg")
+        assert page.locator("#compare-figure .legendtext").count() == 3
+        assert page.input_value("#compare-trials") == f"{a},{b},{c}"  # to edit the choice
+        page.screenshot(path=str(shots / "compare_trials.png"), full_page=True)
 
-            # Trials by id, from the empty page's form.
-            page.goto(base + "compare")
-            a, b, c = seeded.trial_ids[:3]
-            page.fill("#compare-trials", f"{a},{b},{c}")
-            page.click("#compare-trials-button")
-            page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
-            assert page.locator("#compare-figure .legendtext").count() == 3
-            assert page.input_value("#compare-trials") == f"{a},{b},{c}"  # to edit the choice
-            page.screenshot(path=str(shots / "compare_trials.png"), full_page=True)
+        # The search view: history, importance, pruning timeline; its link to /compare.
+        page.goto(f"{base}studies/{search.study_id}")
+        page.click("#search-link")
+        for fig in ("history-figure", "importance-figure", "pruning-figure"):
+            page.wait_for_selector(f"#{fig} .main-svg")
+        history = page.locator("#history-figure .legendtext").all_text_contents()
+        assert {"complete", "pruned (last reported)", "best so far"} <= set(history)
+        timeline = page.locator("#pruning-figure .legendtext").all_text_contents()
+        assert {"complete", "pruned"} <= set(timeline)
+        assert page.locator("#pruned-trials tbody tr").count() == 2
+        page.screenshot(path=str(shots / "search.png"), full_page=True)
+        page.click("#compare-top")
+        page.wait_for_selector("#compare-figure .main-svg")
+        assert page.locator("#compare-arms tbody tr").count() == 3
 
-            # The search view: history, importance, pruning timeline; its link to /compare.
-            page.goto(f"{base}studies/{search.study_id}")
-            page.click("#search-link")
-            for fig in ("history-figure", "importance-figure", "pruning-figure"):
-                page.wait_for_selector(f"#{fig} .main-svg", timeout=30_000)
-            history = page.locator("#history-figure .legendtext").all_text_contents()
-            assert {"complete", "pruned (last reported)", "best so far"} <= set(history)
-            timeline = page.locator("#pruning-figure .legendtext").all_text_contents()
-            assert {"complete", "pruned"} <= set(timeline)
-            assert page.locator("#pruned-trials tbody tr").count() == 2
-            page.screenshot(path=str(shots / "search.png"), full_page=True)
-            page.click("#compare-top")
-            page.wait_for_selector("#compare-figure .main-svg", timeout=30_000)
-            assert page.locator("#compare-arms tbody tr").count() == 3
+        # /docs: Swagger UI from the package draws the operations, nothing from outside.
+        page.goto(base + "docs")
+        page.wait_for_selector(".swagger-ui .opblock")
+        assert "normfree" in page.locator(".swagger-ui .info .title").inner_text()
+        assert page.locator(".swagger-ui .opblock").count() > 10
+        page.screenshot(path=str(shots / "docs.png"), full_page=True)
 
-            # /docs: Swagger UI from the package draws the operations, nothing from outside.
-            page.goto(base + "docs")
-            page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
-            assert "normfree" in page.locator(".swagger-ui .info .title").inner_text()
-            assert page.locator(".swagger-ui .opblock").count() > 10
-            page.screenshot(path=str(shots / "docs.png"), full_page=True)
+        # The submit form keeps the token in this tab across sends and pages ...
+        page.goto(base + "submit")
+        _submit(page, "keeper", "u +", token)  # refused (422), the token was fine
+        page.wait_for_selector("#submit-error")
+        assert page.input_value("#token") == token  # the re-shown form has it back
+        page.goto(base + "submit")
+        assert page.input_value("#token") == token
+        assert page.evaluate("sessionStorage.getItem('normfree-token')") == token
+        # ... not in another tab (sessionStorage is per tab), and never in a cookie
+        other = ctx.new_page()
+        other.goto(base + "submit")
+        assert other.input_value("#token") == ""
+        other.close()
+        assert not any(token in ck["value"] for ck in ctx.cookies())
+        # a refused token is forgotten
+        _submit(page, "nope", "tanh(u)", "nf_wrong")
+        page.wait_for_selector("#submit-error")
+        assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
+        assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
+        page.goto(base + "submit")
+        assert page.input_value("#token") == ""
+        # and "forget" clears a kept one
+        _submit(page, "keeper", "u +", token)
+        page.wait_for_selector("#submit-error")
+        page.click("#forget-token")
+        assert page.input_value("#token") == ""
+        assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
 
-            # The submit form keeps the token in this tab across sends and pages ...
-            page.goto(base + "submit")
-            page.fill("#name", "keeper")
-            page.fill("#formula", "u +")  # refused (422), the token was fine
-            page.fill("#token", token)
-            page.click("#submit-button")
-            page.wait_for_selector("#submit-error")
-            assert page.input_value("#token") == token  # the re-shown form has it back
-            page.goto(base + "submit")
-            assert page.input_value("#token") == token
-            assert page.evaluate("sessionStorage.getItem('normfree-token')") == token
-            # ... not in another tab (sessionStorage is per tab), and never in a cookie
-            other = ctx.new_page()
-            other.goto(base + "submit")
-            assert other.input_value("#token") == ""
-            other.close()
-            assert not any(token in ck["value"] for ck in ctx.cookies())
-            # a refused token is forgotten
-            page.fill("#name", "nope")
-            page.fill("#formula", "tanh(u)")
-            page.fill("#token", "nf_wrong")
-            page.click("#submit-button")
-            page.wait_for_selector("#submit-error")
-            assert "unknown, revoked or expired" in page.locator("#submit-error").inner_text()
-            assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
-            page.goto(base + "submit")
-            assert page.input_value("#token") == ""
-            # and "forget" clears a kept one
-            page.fill("#name", "keeper")
-            page.fill("#formula", "u +")
-            page.fill("#token", token)
-            page.click("#submit-button")
-            page.wait_for_selector("#submit-error")
-            page.click("#forget-token")
-            assert page.input_value("#token") == ""
-            assert page.evaluate("sessionStorage.getItem('normfree-token')") is None
-
-            assert not errors, errors
-            assert not outside, outside
-        finally:
-            ctx.close()
+        assert not errors, errors
+        assert not outside, outside

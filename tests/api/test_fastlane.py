@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 from normfree.api import fastlane
 from tests.api.conftest import Api, wait_for_analyses
-from tests.api.test_reads import _finish, half_finished
+from tests.api.test_reads import _finish
 
 
 def lane_of(app: Any) -> fastlane.FastLane:
@@ -30,10 +30,8 @@ def _comparable(r: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
 
 
 @pytest.mark.postgres
-def test_replays_the_routes_answer_until_a_write(
-    make_api: Callable[..., Api], database_url: str
-) -> None:
-    api, sid = half_finished(make_api, database_url)
+def test_replays_the_routes_answer_until_a_write(half_finished: tuple[Api, int]) -> None:
+    api, sid = half_finished
     c, repo = api.client, api.repo
     urls = ["/api/leaderboards/vit-tiny", "/?proxy=vit-tiny", f"/api/studies/{sid}?trials=false",
             f"/studies/{sid}", "/api/candidates"]  # fmt: skip
@@ -84,11 +82,11 @@ def test_only_anonymous_unconditional_reads_take_the_lane(api: Api) -> None:
 
 @pytest.mark.postgres
 def test_a_trial_is_answered_directly_as_its_route_answers_it(
-    make_api: Callable[..., Api], database_url: str
+    half_finished: tuple[Api, int],
 ) -> None:
     """The direct route (routers.trials.direct): an anonymous trial read skips routing and
     dependencies but answers exactly what the route answers; anything else goes the usual way."""
-    api, sid = half_finished(make_api, database_url)
+    api, sid = half_finished
     c = api.client
     lane = lane_of(api.app)
     tid = api.repo.list_trials(sid, status="COMPLETE")[0]["id"]

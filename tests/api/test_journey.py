@@ -1,7 +1,7 @@
 """The journey of issue 24, as a newcomer takes it: one's own function, end to end, in a browser.
 
 A real ``normfree serve`` (SQLite, studies driven in-process on its embedded Ray) and headless
-Chromium (fixtures of :mod:`tests.api.test_browser`; under CI=true it never skips):
+Chromium (from :mod:`tests.api.browser`; under CI=true it never skips):
 
 1. create a token; submit a formula with "/" over REST (``softsign15``); wait for its prescreen;
 2. run a property study and an options study on it BY NAME (smoke preset vit-tiny, 1 seed);
@@ -17,7 +17,6 @@ And the CLI leg: ``normfree study property --functions softsign15`` by name exit
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ import httpx
 import pytest
 
 from normfree.testing.live import live_server, run_cli
-from tests.api.test_browser import CHROMIUM, FLAGS, _need_chromium
+from tests.api.browser import Tab, chromium, need_chromium
 
 NAME, FORMULA = "softsign15", "1.5*u/(1+abs(u))"
 TINY = {"proxy": "vit-tiny", "seeds": 1, "epochs": 1}
@@ -78,8 +77,7 @@ def _broken_data_root(tmp_path: Path) -> Path:
 def test_own_function_end_to_end_in_a_browser(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
+    need_chromium()
 
     monkeypatch.setenv("NORMFREE_DATA_ROOT", str(_broken_data_root(tmp_path)))
     url_db = f"sqlite:///{tmp_path / 'journey.db'}"
@@ -124,23 +122,12 @@ def test_own_function_end_to_end_in_a_browser(
 
         shots = tmp_path / "screenshots"
         shots.mkdir()
-        with sync_playwright() as pw:
-            ctx = pw.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"),
-                executable_path=shutil.which("chromium") or CHROMIUM,
-                headless=True,
-                args=FLAGS,
-                viewport={"width": 1280, "height": 1000},
-            )
-            try:
-                _pages(ctx.new_page(), base, ids, shots)
-            finally:
-                ctx.close()
+        with chromium(tmp_path) as tab:
+            _pages(tab, base, ids, shots)
 
 
-def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+def _pages(tab: Tab, base: str, ids: dict[str, int], shots: Path) -> None:
+    page, errors = tab.page, tab.errors
 
     def visit(path: str, shot: str) -> str:
         response = page.goto(base + path)
@@ -172,7 +159,7 @@ def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
         assert page.locator("#progress-text").inner_text().startswith("complete"), kind
         assert page.locator("#study-failed").count() == 0
         assert NAME in page.locator("#cells").inner_text(), kind
-        page.wait_for_selector("#study-figure .main-svg", timeout=30_000)
+        page.wait_for_selector("#study-figure .main-svg")
         assert page.locator("#cells .failure").count() == 0, kind  # no failure reasons
 
     # the candidate page: label, formula, its results across proxies (ranked)
@@ -182,7 +169,7 @@ def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
     results = page.locator("table.sortable tbody tr").all_inner_texts()
     mine = [r for r in results if "vit-tiny" in r and r.split("\t")[1] == NAME]
     assert mine and "not ranked" not in mine[0], results
-    page.wait_for_selector("#fn-figure .main-svg", timeout=30_000)
+    page.wait_for_selector("#fn-figure .main-svg")
 
     # the fidelity page of the property study: the smoke preset's caveat, no verdict
     text = visit(f"fidelity?study_id={ids['property']}", "fidelity")
@@ -205,6 +192,11 @@ def _pages(page: Any, base: str, ids: dict[str, int], shots: Path) -> None:
     doomed = [r for r in results if "vit-tiny" in r]
     assert doomed and all("not ranked" in r for r in doomed), doomed
     assert not any("worse" in r for r in doomed), doomed
+    # ... and the function's own page lists the failed transform among those built on it
+    visit(f"candidates/{NAME}", "candidate-after-failure")
+    built = page.locator("#derived + p + table tbody tr").all_inner_texts()
+    failed = [r for r in built if f"shift_v({NAME}, 0.25)" in r]
+    assert failed and all("not ranked" in r for r in failed), built
     assert not errors, errors
     del studies
 

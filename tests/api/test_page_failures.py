@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from markupsafe import escape
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, raising
 from tests.api.test_page_names import PROXY, store_arms
 
 HTML = {"Accept": "text/html"}
@@ -167,13 +167,47 @@ def test_a_failing_part_is_named_and_logged(
 ) -> None:
     from normfree.api import plots
 
-    def broken(*_a: object, **_k: object) -> None:
-        raise ValueError("a value plotly cannot draw")
-
-    monkeypatch.setattr(plots, "leaderboard_figure", broken)
+    monkeypatch.setattr(plots, "leaderboard_figure", raising(ValueError("plotly cannot draw it")))
     with caplog.at_level(logging.ERROR, logger="normfree.api.routers.pages"):
         r = api.client.get(f"/?proxy={PROXY}", headers=HTML)
     assert r.status_code == 200 and 'id="leaderboard"' in r.text
     assert "Could not show the leaderboard&#39;s plot (ValueError [ref " in r.text
     logged = [rec for rec in caplog.records if "could not show" in rec.getMessage()]
     assert logged and logged[0].exc_info is not None
+
+
+def test_a_functions_page_shows_its_transforms_failed_ones_too(api: Api) -> None:
+    """A property study of f trains only transforms of f: f's page lists them apart from its own
+    results, each linked to its page, a failed one unranked with its reason; erf's primitive in
+    another formula (``erf(u) + u``) is not built on the candidate erf."""
+    arms = {
+        "tanh": "complete",
+        "shift_v(tanh, 0.5)": "complete",
+        "shift_h(tanh, 3)": "diverged",
+        "erf": "complete",
+        "erf(u)+u": "complete",
+    }
+    store_arms(api.repo, arms, seeds=2)
+    page = api.client.get("/candidates/tanh", headers=HTML).text
+    own, derived = page.split("Results across proxies", 1)[1].split('id="derived"', 1)
+    assert "shift_v" not in own and "shift_h" not in own
+    assert esc("shift_v(tanh, 0.5)") in derived and esc("shift_h(tanh, 3)") in derived
+    assert "not ranked" in derived and "diverged (2 of 2 trials)" in derived
+    assert 'href="/candidates/shift_h(tanh,%203)"' in derived or "/candidates/shift_h" in derived
+    assert "erf" not in derived
+    erf = api.client.get("/candidates/erf", headers=HTML).text
+    assert 'id="derived"' not in erf  # nothing is built on erf here
+
+
+def test_a_stored_functions_identity_transform_is_its_own_result(api: Api) -> None:
+    """``shift_v(mine, 0)`` computes ``mine``: on mine's page it is one of its own results, and
+    ``shift_v(mine, 1)`` one of its transforms (resolved with the stored formula)."""
+    made = api.client.post(
+        "/api/candidates", json={"name": "mine", "formula": "2*u/(2+abs(u))"}, headers=api.auth
+    )
+    assert made.status_code in (201, 202), made.text  # 202: its prescreen runs on
+    store_arms(api.repo, {"shift_v(mine, 0)": "complete", "shift_v(mine, 1)": "complete"})
+    page = api.client.get("/candidates/mine", headers=HTML).text
+    own, derived = page.split("Results across proxies", 1)[1].split('id="derived"', 1)
+    assert esc("shift_v(mine, 0)") in own and esc("shift_v(mine, 1)") not in own
+    assert esc("shift_v(mine, 1)") in derived and esc("shift_v(mine, 0)") not in derived

@@ -10,6 +10,7 @@ import json
 import re
 
 from normfree.testing.seeding import Seeded
+from tests.api import bodies
 from tests.api.conftest import Api
 
 HTML = {"Accept": "text/html"}
@@ -79,15 +80,7 @@ def test_study_page_plots_metric_vs_transform_value(api: Api, seeded: Seeded) ->
 
 
 def test_running_study_page_polls_for_progress(api: Api) -> None:
-    body = {
-        "kind": "property",
-        "proxy": "vit-tiny",
-        "functions": ["erf"],
-        "transform": "shift_v",
-        "values": [0, 1],
-        "seeds": 1,
-        "epochs": 1,
-    }
+    body = bodies.study(transform="shift_v", values=[0, 1])
     sid = api.client.post("/api/studies", json=body, headers=api.auth).json()["id"]
     html = api.client.get(f"/studies/{sid}", headers=HTML).text
     assert f"watchStudy({sid}" in html and 'id="progress-bar"' in html

@@ -42,21 +42,9 @@ def _study(repo, names: list[NormSpec], seeds: int = 2, proxy: str = "vit-tiny")
     return sid
 
 
-def half_finished(make_api: Callable[..., Api], database_url: str) -> tuple[Api, int]:
-    """An app over a study of erf and LayerNorm (2 seeds) with 2 of its 4 trials finished, and
-    its analyses done (else a finishing analysis would change the boards' ETags too)."""
-    api = make_api(database_url, prescreen=False)
-    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="layernorm")])
-    _finish(api.repo, sid, limit=2)
-    wait_for_analyses(api)
-    return api, sid
-
-
 @pytest.mark.postgres
-def test_cached_reads_follow_a_finishing_trial(
-    make_api: Callable[..., Api], database_url: str
-) -> None:
-    api, sid = half_finished(make_api, database_url)
+def test_cached_reads_follow_a_finishing_trial(half_finished: tuple[Api, int]) -> None:
+    api, sid = half_finished
     c, repo = api.client, api.repo
     urls = [
         "/api/leaderboards/vit-tiny",

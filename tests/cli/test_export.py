@@ -36,7 +36,7 @@ def _cli(*args: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
-@pytest.mark.parametrize("what", ["trials", "arms", "leaderboard"])
+@pytest.mark.parametrize("what", ["trials", "arms", "leaderboard", "curves"])
 def test_files_equal_the_api_exports(
     seeded_db: tuple[str, Seeded], tmp_path: Path, what: str, fmt: str
 ) -> None:
@@ -53,12 +53,15 @@ def test_files_equal_the_api_exports(
     path = {
         "trials": f"/api/studies/{seeded.study_id}/trials",
         "arms": f"/api/studies/{seeded.study_id}/arms",
+        "curves": f"/api/studies/{seeded.study_id}/curves",
         "leaderboard": "/api/leaderboards/vit-tiny",
     }[what]
     with TestClient(create_app(Settings(database_url=url), run_studies=False)) as c:
         served = pd.read_parquet(io.BytesIO(c.get(path, params={"format": "parquet"}).content))
     assert list(mine.columns) == list(served.columns)
-    for col in ("objective_value", "mean", "ci_low", "n", "metrics.val_acc", "diag.alpha_mean"):
+    for col in (
+        "objective_value", "mean", "ci_low", "n", "metrics.val_acc", "diag.alpha_mean", "value",
+    ):  # fmt: skip
         if col in served:
             pd.testing.assert_series_equal(
                 mine[col].astype(float), served[col].astype(float), check_names=False
@@ -90,6 +93,27 @@ def test_download_from_a_server(seeded_db: tuple[str, Seeded], tmp_path: Path) -
         assert code == 2 and "404" in json.loads(text)["error"]
         code, text = _cli("arms", "1", "--url", server, "--format", "json", "-o", str(out))
         assert code == 2 and "csv or parquet" in text
+
+
+def test_curves_of_chosen_trials_here_and_from_a_server(
+    seeded_db: tuple[str, Seeded], tmp_path: Path
+) -> None:
+    url, seeded = seeded_db
+    sid, chosen = str(seeded.study_id), seeded.trial_ids[:2]
+    here, there = tmp_path / "here.csv", tmp_path / "there.csv"
+    trials = [a for t in chosen for a in ("--trial", str(t))]
+    code, text = _cli("curves", sid, *trials, "--db", url, "-o", str(here), "--json")
+    assert code == 0, text
+    mine = pd.read_csv(here)
+    assert sorted(set(mine["trial_id"])) == chosen and json.loads(text)["rows"] == len(mine)
+    with app_server(create_app(Settings(database_url=url), run_studies=False)) as server:
+        code, text = _cli("curves", sid, *trials, "--url", server, "-o", str(there), "--json")
+        assert code == 0, text
+        assert there.read_bytes() == here.read_bytes()
+        code, text = _cli("curves", sid, "--trial", "9999", "--url", server, "--json", "-o", "x")
+        assert code == 2 and "no trial 9999" in json.loads(text)["error"]
+    code, text = _cli("curves", sid, "--trial", "9999", "--db", url, "--json", "-o", str(here))
+    assert code == 2 and "no trial 9999" in json.loads(text)["error"]
 
 
 def test_errors_are_clear(seeded_db: tuple[str, Seeded], tmp_path: Path) -> None:

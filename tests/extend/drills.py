@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.extend.scratch import ROOT, insert_before
 
@@ -38,6 +39,12 @@ class Drill:
     what: str = ""  # the test id ("" = the section)
     # (placeholder, value): the doc's ``<kind>`` in a path is this drill's new name
     placeholders: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def inserting(cls, section: str, path: str, anchor: str, text: str, **fields: Any) -> Drill:
+        """The drill whose one edit puts ``text`` before ``anchor`` in ``path`` (a row of a
+        table, an entry of a registry)."""
+        return cls(section, {path: insert_before(anchor, text)}, **fields)
 
     def listed(self, doc: Path | None = None) -> set[str]:
         """The doc's ``Files:`` paths of this section, placeholders filled in."""
@@ -64,6 +71,16 @@ assert code == 0, f"pytest exit code {code}"
 assert ran and set(ran) == {"passed"}, (name, ran)
 print(f"{len(ran)} tests of {name} passed")
 """
+
+
+def tests_of(name: str, k: str, *paths: str) -> tuple[str, ...]:
+    """The check that runs ``pytest -k K PATHS`` through :data:`TESTS_OF` for ``name``."""
+    return ("-c", TESTS_OF, name, "-q", "-p", "no:cacheprovider", "-k", k, *paths)
+
+
+def lint(path: str) -> tuple[str, ...]:
+    """The check that ``path`` still passes ruff after the drill's edit."""
+    return ("-m", "ruff", "check", "--no-cache", path)
 
 
 def documented_files(section: str, doc: Path = DOC) -> set[str]:
@@ -175,19 +192,14 @@ def primitive_drill(name: str, row: str, formula: str, expect: str) -> Drill:
     """The primitive ``name`` added as ``row`` at the end of the table, run through
     :data:`PRIMITIVE_SCRIPT` on ``formula``, compiled for sm_90, and through the existing tests
     of every primitive, which must run tests of the new row."""
-    return Drill(
-        section="A primitive function",
-        edits={
-            "normfree/search_space/primitives.py": insert_before(
-                ")  # fmt: skip\nBY_NAME: dict[str, Primitive]", row
-            ),
-        },
+    table = "normfree/search_space/primitives.py"
+    return Drill.inserting(
+        "A primitive function", table, ")  # fmt: skip\nBY_NAME: dict[str, Primitive]", row,
         checks=(
-            ("-m", "ruff", "check", "--no-cache", "normfree/search_space/primitives.py"),
+            lint(table),
             ("-c", PRIMITIVE_SCRIPT, formula, expect),
-            ("-c", TESTS_OF, name, "-q", "-p", "no:cacheprovider", "-k", f"{name} or derived",
-             "tests/search_space/test_primitives.py", "tests/kernels/test_printers.py",
-             "tests/kernels/test_operator.py"),
+            tests_of(name, f"{name} or derived", "tests/search_space/test_primitives.py",
+                     "tests/kernels/test_printers.py", "tests/kernels/test_operator.py"),
         ),
         uninterpreted=(("-c", AOT_SCRIPT, f"{name}(u)"),),
         what=f"primitive {name}",
@@ -210,23 +222,18 @@ ENTRY_LINE = """    Entry("gudermann", "transformed", "2/pi*atan(sinh(u))", "Gud
           reference="(2 / pi) * arctan(sinh(u))"),
 """
 
-ENTRY = Drill(
-    section="A candidate function",
-    what="catalog entry gudermann",
-    edits={
-        "normfree/search_space/catalog.py": insert_before(
-            "    # Growth-rate family: unbounded and unclipped.", ENTRY_LINE
-        ),
-    },
+ENTRY = Drill.inserting(
+    "A candidate function", "normfree/search_space/catalog.py",
+    "    # Growth-rate family: unbounded and unclipped.", ENTRY_LINE,
     checks=(
-        ("-m", "ruff", "check", "--no-cache", "normfree/search_space/catalog.py"),
-        ("-c", TESTS_OF, "gudermann", "-q", "-p", "no:cacheprovider", "-k",
-         "gudermann or every or papers or list or demo_json or nan_gradient",
-         "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
-         "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
-         "tests/cli/test_candidates.py"),
+        lint("normfree/search_space/catalog.py"),
+        tests_of("gudermann", "gudermann or every or papers or list or demo_json or nan_gradient",
+                 "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
+                 "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
+                 "tests/cli/test_candidates.py"),
     ),
     uninterpreted=(("-c", AOT_SCRIPT, "gudermann"),),
+    what="catalog entry gudermann",
 )  # fmt: skip
 
 DRILLS: tuple[Drill, ...] = (SOFTPLUS, SECH, ENTRY)

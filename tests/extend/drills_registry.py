@@ -7,8 +7,7 @@ the doc as ``<kind>``.
 
 from __future__ import annotations
 
-from tests.extend.drills import TESTS_OF, Drill
-from tests.extend.scratch import insert_before
+from tests.extend.drills import Drill, tests_of
 
 # -- a preset: a deeper smoke ViT, keeping its parent's measured cost -------------------------
 PRESET_CODE = """register(
@@ -44,18 +43,13 @@ assert result.status == "complete" and math.isfinite(result.metrics["train_loss"
 print("preset drill ok")
 """
 
-PRESET = Drill(
-    section="A proxy preset",
-    edits={
-        "normfree/workers/proxies/__init__.py": insert_before(
-            "# The screens a user gets without naming one", PRESET_CODE
-        ),
-    },
+PRESET = Drill.inserting(
+    "A proxy preset", "normfree/workers/proxies/__init__.py",
+    "# The screens a user gets without naming one", PRESET_CODE,
     checks=(
         ("-c", PRESET_SCRIPT),
-        ("-c", TESTS_OF, "vit-tiny-deep", "-q", "-p", "no:cacheprovider", "-k",
-         "vit-tiny-deep or every_preset", "tests/workers/test_proxies.py",
-         "tests/workers/test_preset_cost.py"),
+        tests_of("vit-tiny-deep", "vit-tiny-deep or every_preset",
+                 "tests/workers/test_proxies.py", "tests/workers/test_preset_cost.py"),
     ),
 )  # fmt: skip
 
@@ -117,8 +111,8 @@ KIND = Drill(
     edits={"normfree/workers/kinds/sweep.py": lambda _: KIND_MODULE},
     checks=(
         ("-c", KIND_SCRIPT),
-        ("-c", TESTS_OF, "sweep", "-q", "-p", "no:cacheprovider", "-k", "sweep or registered",
-         "tests/workers/test_kind_contract.py", "tests/workers/test_kinds.py"),
+        tests_of("sweep", "sweep or registered", "tests/workers/test_kind_contract.py",
+                 "tests/workers/test_kinds.py"),
     ),
     placeholders=(("<kind>", "sweep"),),
 )  # fmt: skip

@@ -8,28 +8,22 @@ compile; see normfree/kernels/_aot.py).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from normfree.search_space import catalog
 from normfree.search_space.primitives import PRIMITIVES
+from tests.children import run_json
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["NORMFREE_KERNEL_CACHE"] = str(tmp_path_factory.mktemp("aot_cache"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "normfree.kernels._aot", "--dtypes", "bf16", "--d", "1024"],
-        env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ["-m", "normfree.kernels._aot", "--dtypes", "bf16", "--d", "1024"]
+    return run_json(args, timeout=600, env=env, cwd=Path(__file__).parents[2])
 
 
 def test_every_candidate_compiles_for_sm90(report: dict) -> None:

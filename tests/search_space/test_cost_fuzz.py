@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.children import run_json
 
 CHILD = r"""
 import json, sys, time
@@ -77,16 +77,7 @@ WORST = [
 @given(st.lists(FORMULAS, min_size=6, max_size=6))
 def test_generated_formulas_answer_in_bounded_time_and_memory(formulas: list[str]) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        input=json.dumps(WORST + formulas),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_json(["-c", CHILD], timeout=300, input=json.dumps(WORST + formulas), env=env)
     assert report["outcomes"][:3] == ["refused"] * 3
     assert report["slowest_s"] < 30.0, report
     assert report["rss_mb"] < 1500, report

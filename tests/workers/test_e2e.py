@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import optuna
 import pytest
@@ -56,24 +57,34 @@ def test_property_study_end_to_end(url: str) -> None:
     assert again.dispatched == 0 and again.status == "complete"
 
 
-def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
+def _tpe_search(url: str, **fields: Any) -> tuple[int, Any, TrialStore, optuna.Study]:
+    """A TPE search of 8 asks on one seed, created and driven to its end two trials at a time:
+    its id, the driver's summary, the store and the Optuna study."""
     settings = engine_settings(url)
-    spec = StudySpec(
-        kind="search",
+    spec = StudySpec(kind="search", seeds=1, sampler="tpe", n_trials=8, **fields)
+    study_id = create_study(spec, settings=settings)
+    summary = StudyDriver(study_id, settings=settings, max_parallel=2).run()
+    store = TrialStore(url)
+    name = optuna_study_name(study_id)
+    return (
+        study_id,
+        summary,
+        store,
+        optuna.load_study(study_name=name, storage=store.optuna_storage()),
+    )
+
+
+def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
+    study_id, summary, store, ostudy = _tpe_search(
+        url,
         proxy="dit-tiny",  # continuous objective (val_loss): rungs have a strict order
         functions=["erf", "tanh", "arctan", "isru", "linear", "sin", "dampx", "smoothsign"],
-        seeds=1,
         epochs=3,
-        sampler="tpe",
         pruner="sha",
-        n_trials=8,
         extra_seeds_for_top=1,
         params={"top_arms": 2, "n_startup_trials": 4, "reduction_factor": 2},
     )
-    study_id = create_study(spec, settings=settings)
-    summary = StudyDriver(study_id, settings=settings, max_parallel=2).run()
     assert summary.status == "complete"
-    store = TrialStore(url)
     trials = store.repo.list_trials(study_id)
     pruned = [t for t in trials if t["status"] == "PRUNED"]
     assert pruned, "successive halving pruned nothing"
@@ -82,9 +93,6 @@ def test_search_with_pruning_prunes_and_reseeds_the_best(url: str) -> None:
     # parallel trials' reports interleave, so the test does not pin it).
     for t in pruned:
         assert 1 <= len(store.repo.get_trial(t["id"])["curves"]) <= 3
-    ostudy = optuna.load_study(
-        study_name=optuna_study_name(study_id), storage=store.optuna_storage()
-    )
     states = [t.state for t in ostudy.trials]
     assert len(states) == 8 and optuna.trial.TrialState.PRUNED in states
     assert optuna.trial.TrialState.RUNNING not in states
@@ -101,29 +109,14 @@ def test_search_trains_each_function_once_and_answers_repeats_from_storage(url: 
     # Issue 24: a 6-function search with n_trials 6 trained 3 (TPE asked tanh three times).
     # Now: the six are trained once each; asks 7 and 8 can only repeat a point (no alpha0 or lr
     # range), and are answered from the stored results without training.
-    settings = engine_settings(url)
     functions = ["erf", "tanh", "arctan", "isru", "linear", "sin"]
-    spec = StudySpec(
-        kind="search",
-        proxy="vit-tiny",
-        functions=functions,
-        seeds=1,
-        epochs=1,
-        sampler="tpe",
-        pruner="none",
-        n_trials=8,
-        extra_seeds_for_top=0,
+    study_id, summary, store, ostudy = _tpe_search(
+        url, proxy="vit-tiny", functions=functions, epochs=1, pruner="none", extra_seeds_for_top=0
     )
-    study_id = create_study(spec, settings=settings)
-    summary = StudyDriver(study_id, settings=settings, max_parallel=2).run()
     assert summary.status == "complete" and summary.dispatched == 6
-    store = TrialStore(url)
     trials = store.repo.list_trials(study_id)
     assert sorted(t["candidate"] for t in trials) == sorted(functions)
     assert {t["status"] for t in trials} <= {"COMPLETE", "DIVERGED"}
-    ostudy = optuna.load_study(
-        study_name=optuna_study_name(study_id), storage=store.optuna_storage()
-    )
     assert len(ostudy.trials) == 8
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in ostudy.trials)
     value_of = {t["candidate"]: t["value"] for t in trials}
@@ -132,5 +125,5 @@ def test_search_trains_each_function_once_and_answers_repeats_from_storage(url: 
     for t in repeats:  # the stored value of the point repeated, not a new training run
         if t.state == optuna.trial.TrialState.COMPLETE:
             assert t.value == value_of[t.params["norm"]]
-    report = StudyDriver(study_id, settings=settings).kind.report(store, study_id)
+    report = StudyDriver(study_id, settings=engine_settings(url)).kind.report(store, study_id)
     assert report["never_tried"] == [] and report["repeats"] == 2

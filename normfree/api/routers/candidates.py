@@ -21,7 +21,7 @@ from normfree.api.deps import (
     WriterToken,
     check_principal,
 )
-from normfree.api.errors import ErrorBody
+from normfree.api.errors import ErrorBody, write_errors
 from normfree.api.routers import add_action
 from normfree.api.schemas import (
     ArchiveState,
@@ -40,10 +40,7 @@ StoredName = Annotated[str, Path(min_length=1, max_length=200)]
 
 router = APIRouter(prefix="/candidates", tags=["candidates"])
 
-_ERRORS = {
-    401: {"model": ErrorBody, "description": "No bearer token."},
-    403: {"model": ErrorBody, "description": "Unknown or revoked token."},
-}
+_ERRORS = write_errors("Unknown or revoked token.")
 
 
 class CandidateDetail(CandidatePublic):
@@ -220,12 +217,10 @@ async def get_candidate_results(
 # -- housekeeping (api.services.housekeeping) ------------------------------------------------
 
 _OWNED = {
-    **_ERRORS,
-    403: {
-        "model": ErrorBody,
-        "description": "Unknown, revoked or read-only token, or a candidate another token "
-        "submitted (only it or an admin token may change it).",
-    },
+    **write_errors(
+        "Unknown, revoked or read-only token, or a candidate another token submitted (only it "
+        "or an admin token may change it)."
+    ),
     404: {"model": ErrorBody, "description": "No stored candidate of that name."},
 }
 
@@ -247,7 +242,7 @@ def delete_candidate(
 
 def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, name: StoredName) -> ArchiveState:
-        return housekeeping.archive_candidate(state, name, who, archived=archived)
+        return housekeeping.archive(state, "candidate", name, who, archived=archived)
 
     return route
 

@@ -5,9 +5,10 @@ pruning timeline), each with its JSON twin under ``/api``, built by the same ser
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -53,8 +54,32 @@ StudyQuery = Annotated[
 ]
 
 
-def _arms(arm: list[str] | None, arms: str | None) -> list[str]:
-    return [*(arm or []), *([arms] if arms else [])]
+@dataclass(frozen=True)
+class Choice:
+    """What a comparison names, as ``compare`` and ``compare_key`` take it: one query for the
+    JSON route and its page, so the two read ``trials``, ``study`` and the arms the same way."""
+
+    trials: list[str] | None
+    study_id: int | None
+    arms: list[str]
+    metric: str | None
+
+    def kwargs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def _choice(
+    trials: TrialsQuery = None,
+    study: StudyQuery = None,
+    arm: ArmsQuery = None,
+    arms: ArmListQuery = None,
+    metric: MetricQuery = None,
+) -> Choice:
+    return Choice(trials, study, [*(arm or []), *([arms] if arms else [])], metric)
+
+
+# ``async``: it does no I/O, and a plain ``def`` dependency costs a thread-pool hand-off (deps)
+ChoiceDep = Annotated[Choice, Depends(_choice)]
 
 
 @api_router.get(
@@ -64,24 +89,13 @@ def _arms(arm: list[str] | None, arms: str | None) -> list[str]:
     tags=["trials"],
     responses={404: {"model": ErrorBody}},
 )
-def get_compare(
-    state: StateDep,
-    _reader: Reader,
-    trials: TrialsQuery = None,
-    study: StudyQuery = None,
-    arm: ArmsQuery = None,
-    arms: ArmListQuery = None,
-    metric: MetricQuery = None,
-) -> Comparison:
+def get_compare(state: StateDep, _reader: Reader, choice: ChoiceDep) -> Comparison:
     """Learning curves of chosen trials (`trials=3,7,12`) or of a study's arms
     (`study=4&arm=erf&arm=tanh`: every seed of each arm), for one plot: each trial's curve
     points, the metrics they hold and the one chosen (`metric`, default the objective). Cached
     per choice and the state of its trials (a new curve point builds it again)."""
-    chosen = _arms(arm, arms)
-    key = compare_key(state, trials=trials, study_id=study, arms=chosen, metric=metric)
-    return state.cache.get_or_build(
-        key, lambda: compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
-    )
+    key = compare_key(state, **choice.kwargs())
+    return state.cache.get_or_build(key, lambda: compare(state, **choice.kwargs()))
 
 
 @api_router.get(
@@ -131,23 +145,15 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
 
 @page_router.get("/compare", response_class=HTMLResponse, name="page_compare")
 async def page_compare(
-    request: Request,
-    state: StateDep,
-    _reader: Reader,
-    trials: TrialsQuery = None,
-    study: StudyQuery = None,
-    arm: ArmsQuery = None,
-    arms: ArmListQuery = None,
-    metric: MetricQuery = None,
+    request: Request, state: StateDep, _reader: Reader, choice: ChoiceDep
 ) -> Response:
     """The chosen curves on one plot, a metric selector and the trials drawn. With nothing
     chosen: how to choose (a form for trial ids; the study pages link arms here)."""
-    chosen = _arms(arm, arms)
-    if not trials and study is None:
+    if not choice.trials and choice.study_id is None:
         return _render(request, "compare.html", comparison=None, figure=None, notices=[])
 
     def build() -> cache.Cached:
-        result = compare(state, trials=trials, study_id=study, arms=chosen, metric=metric)
+        result = compare(state, **choice.kwargs())
         data = result.model_dump(mode="json")
         figure = None
         notices: list[str] = []
@@ -166,14 +172,12 @@ async def page_compare(
                 comparison=result,
                 figure=figure,
                 notices=notices,
-                trials_text=",".join(str(t.id) for t in result.trials) if trials else "",
-                arms=chosen,
+                trials_text=",".join(str(t.id) for t in result.trials) if choice.trials else "",
+                arms=choice.arms,
             )
         )
 
-    key = await run_in_threadpool(
-        compare_key, state, trials=trials, study_id=study, arms=chosen, metric=metric
-    )
+    key = await run_in_threadpool(compare_key, state, **choice.kwargs())
     page_key = ((*key[0], "page", str(request.base_url)), key[1])
     return await cache.serve(request, state.cache, page_key, build)
 

@@ -317,6 +317,11 @@ def _candidate_page(
         lambda: reads.candidate_results(state, pub.name, pub.fingerprint),
         [],
     )
+    derived = parts.build(
+        "the results of its transforms",
+        lambda: reads.candidate_derived(state, pub.name, pub.fingerprint),
+        [],
+    )
     unreadable = list(pub.unreadable)
     prescreen = parts.build(
         "its prescreen",
@@ -334,6 +339,7 @@ def _candidate_page(
         candidate=pub,
         figure=figure,
         results=results,
+        derived=derived,
         prescreen=prescreen,
     )
 

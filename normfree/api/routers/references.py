@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree.api import cache, fidelity, offload, reads, security
 from normfree.api.deps import DryRunQuery, Reader, StateDep, WritePrincipal
-from normfree.api.errors import ErrorBody
+from normfree.api.errors import ErrorBody, write_errors
 from normfree.api.schemas import (
     ReferenceSetDeleted,
     ReferenceSetDetail,
@@ -78,12 +78,10 @@ def get_reference(
     status_code=201,
     openapi_extra=_IMPORT_BODY,
     responses={
-        401: {"model": ErrorBody, "description": "No bearer token."},
-        403: {
-            "model": ErrorBody,
-            "description": "Unknown, revoked or read-only token, or replacing another token's "
-            "set (only its importer or an admin token may).",
-        },
+        **write_errors(
+            "Unknown, revoked or read-only token, or replacing another token's set (only its "
+            "importer or an admin token may)."
+        ),
         409: {"model": ErrorBody, "description": "A set of that name exists (use replace)."},
         415: {"model": ErrorBody, "description": "Neither JSON nor CSV."},
         422: {"model": ErrorBody, "description": "Rows refused, each with its reason."},
@@ -126,11 +124,7 @@ async def import_reference(
     "/{name}",
     response_model=ReferenceSetDeleted,
     responses={
-        401: {"model": ErrorBody, "description": "No bearer token."},
-        403: {
-            "model": ErrorBody,
-            "description": "Unknown, revoked or read-only token, or another token's set.",
-        },
+        **write_errors("Unknown, revoked or read-only token, or another token's set."),
         404: {"model": ErrorBody},
         409: {"model": ErrorBody, "description": "The built-in set cannot be deleted."},
     },

@@ -7,7 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree.api import budget, offload, security, services
 from normfree.api.deps import StateDep, WritePrincipal
-from normfree.api.errors import ApiError, ErrorBody
+from normfree.api.errors import ApiError, ErrorBody, write_errors
 from normfree.api.schemas import ScreenCreate, ScreenOne, ScreenPublic, StudyCreate
 from normfree.api.services import screens as screen_service
 
@@ -18,8 +18,7 @@ router = APIRouter(prefix="/screens", tags=["screens"])
     "",
     response_model=ScreenPublic,
     responses={
-        401: {"model": ErrorBody, "description": "No bearer token."},
-        403: {"model": ErrorBody, "description": "Unknown, revoked or read-only token."},
+        **write_errors(),
         422: {"model": ErrorBody, "description": "Unknown function or screen."},
         429: {"model": ErrorBody, "description": "Over the token's budget of trial-seconds."},
     },

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -19,7 +19,7 @@ from normfree.api.deps import (
     StateDep,
     WritePrincipal,
 )
-from normfree.api.errors import ApiError, ErrorBody
+from normfree.api.errors import ApiError, ErrorBody, write_errors
 from normfree.api.routers import add_action
 from normfree.api.schemas import (
     ArchiveState,
@@ -37,19 +37,14 @@ from normfree.specs import StudyKindName, StudyStatus, TrialRowStatus
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
-_AUTH = {
-    401: {"model": ErrorBody, "description": "No bearer token."},
-    403: {"model": ErrorBody, "description": "Unknown, revoked or read-only token."},
-}
+_AUTH = write_errors()
 _CONTROL = {
     404: {"model": ErrorBody},
     409: {"model": ErrorBody, "description": "Not allowed from the study's status."},
-    **_AUTH,
-    403: {
-        "model": ErrorBody,
-        "description": "Unknown, revoked or read-only token, or a study of another token "
-        "(only its creator or an admin token may control it).",
-    },
+    **write_errors(
+        "Unknown, revoked or read-only token, or a study of another token (only its creator or "
+        "an admin token may control it)."
+    ),
 }
 
 
@@ -195,6 +190,47 @@ def list_study_arms(
     return ArmList(study_id=study_id, count=len(cells), items=cells)
 
 
+@router.get(
+    "/{study_id}/curves",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The curves as a file: one row per trial, epoch and metric.",
+            "content": {k.split(";")[0]: {} for k in export.MEDIA_TYPES.values()},
+        },
+        404: {"model": ErrorBody, "description": "No such study, or a trial not of it."},
+        406: export.FILE_RESPONSES[406],
+    },
+)
+def study_curves(
+    state: StateDep,
+    _reader: Reader,
+    study_id: IdPath,
+    trials: Annotated[
+        list[str] | None,
+        Query(
+            max_length=2000,
+            description="Only these trials of the study: ids comma-separated or repeated.",
+        ),
+    ] = None,
+    format: Annotated[
+        Literal["csv", "parquet", "json"],
+        Query(description="csv (the default), parquet, or json (an array of flat records)."),
+    ] = "csv",
+) -> Response:
+    """The learning curves of a study's trials as a file, long: a row per (trial, epoch,
+    metric) with ``study_id, trial_id, candidate, seed, status, epoch, step, wall_time_s,
+    metric, value`` (``api.export.curve_rows``); the metrics are ``train_loss``, the epoch's
+    validation metrics and ``lr``. Always a file, never a JSON page: the whole study, or the
+    trials named. One trial's curves as JSON are in ``GET /api/trials/{id}``."""
+    from normfree.api.compare import split_items
+    from normfree.api.inputs import db_int
+
+    ids = [db_int(t, "trials", minimum=1) for t in split_items(trials)] if trials else None
+    name = f"study-{study_id}-curves" + (f"-trial-{ids[0]}" if ids and len(ids) == 1 else "")
+    return export.respond(export.curve_rows(state, study_id, ids), format, name)
+
+
 def _control(action: str) -> Callable[..., StudyPublic]:
     def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> StudyPublic:
         return services.control_study(state, study_id, action, who)
@@ -257,7 +293,7 @@ def patch_study(
 
 def _archive(archived: bool) -> Callable[..., ArchiveState]:
     def route(state: StateDep, who: WritePrincipal, study_id: IdPath) -> ArchiveState:
-        return housekeeping.archive_study(state, study_id, who, archived=archived)
+        return housekeeping.archive(state, "study", study_id, who, archived=archived)
 
     return route
 

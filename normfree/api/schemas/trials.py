@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import Field
 
-from normfree.api.schemas._base import _Out, unreadable_field
+from normfree.api.schemas._base import _Out, public_copy, unreadable_field
+from normfree.specs import EpochRecord, LayerDiagnostic
 
 __all__ = ["CurvePoint", "LayerDiagnosticPublic", "TrialPage", "TrialPublic", "TrialSummary"]
 
@@ -37,34 +38,16 @@ class TrialPage(_Out):
     next_cursor: str | None = None
 
 
-class CurvePoint(_Out):
-    """One epoch of a learning curve (``specs.EpochRecord``; non-finite values become null)."""
-
-    epoch: int
-    step: int
-    train_loss: float | None = None
-    val_loss: float | None = None
-    metrics: dict[str, float | None] = Field(default_factory=dict)
-    lr: float | None = None
-    wall_time_s: float | None = None
-
-
-class LayerDiagnosticPublic(_Out):
-    """One norm slot at one epoch (``specs.LayerDiagnostic``; non-finite values become null)."""
-
-    epoch: int
-    layer: str
-    alpha: float | None = None
-    s_mean: float | None = None
-    gamma_mean: float | None = None
-    gamma_std: float | None = None
-    beta_mean: float | None = None
-    beta_std: float | None = None
-    input_std: float | None = Field(default=None, description="std of the norm's input")
-    input_absmax: float | None = None
-    branch_norm: float | None = Field(default=None, description="RMS of the residual branch")
-    grad_norm: float | None = None
-    extra: dict[str, float | None] = Field(default_factory=dict)
+CurvePoint = public_copy(
+    EpochRecord,
+    "CurvePoint",
+    "One epoch of a learning curve (``specs.EpochRecord``; non-finite values become null).",
+)
+LayerDiagnosticPublic = public_copy(
+    LayerDiagnostic,
+    "LayerDiagnosticPublic",
+    "One norm slot at one epoch (``specs.LayerDiagnostic``; non-finite values become null).",
+)
 
 
 class TrialPublic(_Out):

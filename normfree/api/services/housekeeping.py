@@ -16,7 +16,7 @@ first.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from normfree.api import schemas as S
 from normfree.api.deps import require_owner
@@ -25,15 +25,20 @@ from normfree.api.services.state import ServiceState
 from normfree.storage.tokens import Principal
 
 
-def _owned_study(state: ServiceState, study_id: int, who: Principal | None) -> dict[str, Any]:
-    """The study row; 404 when none, 403 unless ``who`` owns it (None: the CLI, which holds
-    the database itself and is not checked)."""
-    row = state.repo.get_study(study_id)
+def _owned(
+    row: dict[str, Any] | None, who: Principal | None, kind: str, key: object, what: str
+) -> dict[str, Any]:
+    """``row``, the ``kind`` stored under ``key``; 404 when none, 403 unless ``who`` owns it
+    (None: the CLI, which holds the database itself and is not checked)."""
     if row is None:
-        raise not_found("study", study_id)
+        raise not_found(kind, key)
     if who is not None:
-        require_owner(who, row.get("owner_token_id"), f"study {study_id}")
+        require_owner(who, row.get("owner_token_id"), what)
     return row
+
+
+def _owned_study(state: ServiceState, study_id: int, who: Principal | None) -> dict[str, Any]:
+    return _owned(state.repo.get_study(study_id), who, "study", study_id, f"study {study_id}")
 
 
 def _busy(exc: Exception) -> ApiError:
@@ -49,20 +54,29 @@ def _no_arm(study_id: int, arm_key: str) -> ApiError:
     )
 
 
-def archive_study(
-    state: ServiceState, study_id: int, who: Principal | None, *, archived: bool = True
+def archive(
+    state: ServiceState,
+    kind: Literal["study", "candidate"],
+    key: Any,
+    who: Principal | None,
+    *,
+    archived: bool = True,
 ) -> S.ArchiveState:
-    """Archive a finished study (409 while it runs) or restore it."""
+    """Archive a finished study (409 while it runs) or hide a stored candidate from the
+    candidate list; or restore either (``archived=False``). ``key``: the study's id or the
+    candidate's name."""
     from normfree.storage.studies import StudyBusy
 
-    _owned_study(state, study_id, who)
+    study = kind == "study"
+    (_owned_study if study else _owned_candidate)(state, key, who)
     try:
-        row = state.repo.archive_study(study_id, archived)
+        row = (state.repo.archive_study if study else state.repo.archive_candidate)(key, archived)
     except KeyError:
-        raise not_found("study", study_id) from None
+        raise not_found(kind, key) from None
     except StudyBusy as exc:
         raise _busy(exc) from None
-    return S.ArchiveState(study_id=study_id, archived=row["archived_at"] is not None)
+    named = {"study_id": key} if study else {"candidate": key}
+    return S.ArchiveState(**named, archived=row["archived_at"] is not None)
 
 
 def archive_arm(
@@ -123,26 +137,8 @@ def patch_study(
 
 
 def _owned_candidate(state: ServiceState, name: str, who: Principal | None) -> dict[str, Any]:
-    """The stored candidate; 404 when there is none (a catalog entry is not stored: it cannot
-    be deleted), 403 unless ``who`` submitted it or is an admin token."""
-    row = state.repo.get_candidate(name)
-    if row is None:
-        raise not_found("candidate", name)
-    if who is not None:
-        require_owner(who, row.get("owner_token_id"), f"candidate {name!r}")
-    return row
-
-
-def archive_candidate(
-    state: ServiceState, name: str, who: Principal | None, *, archived: bool = True
-) -> S.ArchiveState:
-    """Hide a stored candidate from the candidate list, or show it again."""
-    _owned_candidate(state, name, who)
-    try:
-        row = state.repo.archive_candidate(name, archived)
-    except KeyError:
-        raise not_found("candidate", name) from None
-    return S.ArchiveState(candidate=name, archived=row["archived_at"] is not None)
+    """The stored candidate (a catalog entry is not stored: it cannot be deleted)."""
+    return _owned(state.repo.get_candidate(name), who, "candidate", name, f"candidate {name!r}")
 
 
 def delete_candidate(

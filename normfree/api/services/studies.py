@@ -15,7 +15,7 @@ from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, readable_mapping
 from normfree.settings import Settings
-from normfree.specs import StudySpec
+from normfree.specs import TRIAL_STATUSES, StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
@@ -44,17 +44,10 @@ def _progress(
 
 def public_progress(p: progress.Progress) -> S.StudyProgress:
     """``workers.progress.Progress`` as the API's StudyProgress."""
-    c = p.counts
     return S.StudyProgress(
         state=p.state,
         total=p.total,
-        waiting=c["WAITING"],
-        running=c["RUNNING"],
-        complete=c["COMPLETE"],
-        diverged=c["DIVERGED"],
-        pruned=c["PRUNED"],
-        failed=c["FAILED"],
-        cancelled=c["CANCELLED"],
+        **{status.lower(): p.counts[status] for status in TRIAL_STATUSES},  # a field per status
         finished=p.finished,
         fraction=p.fraction,
         throughput_per_min=p.throughput_per_min,
@@ -291,10 +284,18 @@ def _values_by_seed(trials: list[dict[str, Any]]) -> list[float]:
 
 def _kind_report(state: ServiceState, kind: str, study_id: int) -> dict[str, Any] | None:
     """What the study's kind reports beyond its cells (a generate study's generations and
-    property importance), non-finite values cleaned; None for kinds that report nothing."""
+    property importance), non-finite values cleaned; None for kinds that report nothing.
+    A search kind's importance is the one stored when its trials were written, looked up
+    (``api.search_importance``, a lagging one refreshed in the background), never computed
+    on this read: that takes seconds."""
+    from functools import partial
+
+    from normfree.api import search_importance
     from normfree.workers import kinds
 
-    report = kinds.get(kind).report(state.store, study_id)
+    found = kinds.get(kind)
+    source = partial(search_importance.lookup, state, study_id) if found.searches else None
+    report = found.report(state.store, study_id, source)
     return None if report is None else finite(report)
 
 
@@ -356,7 +357,11 @@ def _study_cells(
         rel = _cells_reliability(trials, spec.get("transform"), direction or "maximize")
         return cells, objective, direction, generate, unreadable, best, rel
 
-    return state.cache.get_or_build((("study-cells", row["id"]), key), build)
+    from normfree.api.search_importance import landed
+
+    # a refresh of the importance the generate report shows builds the cells again
+    version = (key, landed(state, row["id"]))
+    return state.cache.get_or_build((("study-cells", row["id"]), version), build)
 
 
 def _cells_reliability(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import optuna
 
     from normfree.workers.driver import StudyDriver
+    from normfree.workers.generate import ImportanceSource
     from normfree.workers.scheduling import PlannedTrial
 
 
@@ -180,8 +181,13 @@ class StudyKind(ABC):
         return epoch_pruner(spec)
 
     # -- results -----------------------------------------------------------------------------
-    def report(self, store: Any, study_id: int) -> dict[str, Any] | None:
-        """What the kind adds to a study's results beyond its leaderboard (None: nothing)."""
+    def report(
+        self, store: Any, study_id: int, importance: ImportanceSource | None = None
+    ) -> dict[str, Any] | None:
+        """What the kind adds to a study's results beyond its leaderboard (None: nothing).
+        ``importance``: where a kind that reports its study's property importance looks it up
+        (``workers.generate.ImportanceSource``: the API's stored one, so a read never
+        computes it); None: the kind finds it itself."""
         return None
 
     def report_lines(self, report: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from normfree.workers.kinds.base import CommonParams, PruningParams, StudyKind
 
 if TYPE_CHECKING:
     from normfree.workers.driver import StudyDriver
+    from normfree.workers.generate import ImportanceSource
 
 
 class GenerateKindParams(PruningParams):
@@ -95,10 +96,12 @@ class GenerateKind(StudyKind):
             )
         return driver.generator.next_generation() > 0
 
-    def report(self, store: Any, study_id: int) -> dict[str, Any] | None:
+    def report(
+        self, store: Any, study_id: int, importance: ImportanceSource | None = None
+    ) -> dict[str, Any] | None:
         from normfree.workers.generate import study_report
 
-        return study_report(store, study_id)
+        return study_report(store, study_id, importance)
 
     def report_lines(self, report: dict[str, Any]) -> list[str]:
         """Each generation's proposals and where they stopped, then the property importance."""

@@ -20,6 +20,7 @@ from normfree.workers.scheduling import PlannedTrial, base_config, norm_spec
 
 if TYPE_CHECKING:
     from normfree.workers.driver import StudyDriver
+    from normfree.workers.generate import ImportanceSource
 
 # The Optuna user attribute of an ask answered from a stored trial: that trial's row id.
 REPEAT_OF = "duplicate_of"
@@ -188,8 +189,11 @@ class SearchKind(StudyKind):
         driver.store.repo.add_trials(driver.study_id, [(config, axes, trial.number)])
         return True
 
-    def report(self, store: Any, study_id: int) -> dict[str, Any] | None:
-        """Which named functions the search trained, and which it never tried and why."""
+    def report(
+        self, store: Any, study_id: int, importance: ImportanceSource | None = None
+    ) -> dict[str, Any] | None:
+        """Which named functions the search trained, and which it never tried and why (its
+        importance is on its search view, ``api.search``, not in this report)."""
         return coverage(store, study_id)
 
     def report_lines(self, report: dict[str, Any]) -> list[str]:

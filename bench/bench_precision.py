@@ -40,7 +40,6 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--proxy", default="vit-stress")
     args = ap.parse_args()
-    torch.set_num_threads(1)
     max_train = 512 if args.quick else None
     run(args.proxy, "fp32", 128)  # warm-up: data generation and kernel builds out of the timing
     fp32 = run(args.proxy, "fp32", max_train)

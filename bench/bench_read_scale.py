@@ -47,16 +47,16 @@ from machine import describe
 from readload import (
     GRID,
     PROXY,
-    QUICK_GRID,
     SEEDS,
     SUBMISSIONS,
     Client,
+    Writer,
     _database,
     _plan,
     _study_size,
     drive,
     seeded_database,
-    synthetic,
+    use_quick_grid,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,22 +102,13 @@ def endpoints(info: dict[str, Any], token: str) -> dict[str, Any]:
 
 def _write_probe(url: str, sid: int, n: int, out: Any) -> None:
     """A worker's write latency: lease + finish one trial, ``n`` times (a separate process)."""
-    from normfree.storage import Database, Repository
-
-    db = Database(url)
-    repo = Repository(db, max_attempts=3)
-    rng = random.Random(1)
     lat = []
-    try:
+    with Writer(url, "probe", 1) as w:
         for _ in range(n):
             t0 = time.perf_counter()
-            lease = repo.lease_next(sid, "probe", 600.0)
-            if lease is None:
+            if w.finish_one(sid) is None:
                 break
-            repo.finish_trial(lease.id, "probe", lease.attempt, synthetic(lease.config, rng))
             lat.append((time.perf_counter() - t0) * 1000)
-    finally:
-        db.dispose()
     out.put(lat)
 
 
@@ -299,7 +290,7 @@ def main() -> None:
     args = ap.parse_args()
     backends = (args.backends or ("sqlite" if args.quick else "sqlite,postgresql")).split(",")
     if args.quick:
-        GRID.update(QUICK_GRID)
+        use_quick_grid()
     default_scales = "300" if args.quick else "10000,100000"
     if args.quick:
         args.writers = 1

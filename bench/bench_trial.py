@@ -47,7 +47,6 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--norm", default="derf")
     args = ap.parse_args()
-    torch.set_num_threads(1)
     rows = [run("vit-tiny", args.norm), run("dit-tiny", args.norm)]
     defaults = []
     for proxy, budget in BUDGET_S.items():

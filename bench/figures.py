@@ -19,12 +19,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def timed_trial(config: Any) -> tuple[Any, dict[str, Any]]:
-    """Train ``config`` (a ``TrialConfig``) in this process: its ``TrialResult``, and what it
-    cost: wall and CPU seconds, samples per CPU second, and the 1-minute load average before."""
+    """Train ``config`` (a ``TrialConfig``) in this process on one thread: its ``TrialResult``,
+    and what it cost: wall and CPU seconds, samples per CPU second, and the 1-minute load
+    average before. One thread, as the figures it gives are one core's (the trial budgets)."""
+    import torch
+
     from normfree.kernels import KernelOptions
     from normfree.settings import get_settings
     from normfree.workers.trainer import train_trial
 
+    torch.set_num_threads(1)
     load = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     r = train_trial(config, kernels=KernelOptions.from_settings(get_settings()))

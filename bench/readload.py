@@ -48,6 +48,13 @@ VALUES = [round(-2 + 0.25 * i, 2) for i in range(17)]  # -2 .. 2
 # --quick: 2 functions x 3 values + LayerNorm (7 arms, 42 trials a study) to stay under 30 s.
 GRID = {"functions": FUNCTIONS, "values": VALUES}
 QUICK_GRID = {"functions": FUNCTIONS[:2], "values": [-1.0, 0.0, 1.0]}
+
+
+def use_quick_grid() -> None:
+    """--quick: plan the studies this process seeds on :data:`QUICK_GRID`."""
+    GRID.update(QUICK_GRID)
+
+
 SEEDS = 6
 # Submissions whose prescreen the server knows after the warm-up.
 SUBMISSIONS = [
@@ -127,22 +134,41 @@ def _plan(repo: Any, i: int) -> int:
     return sid
 
 
+class Writer:
+    """A worker's writes to the database at ``url`` from the process that opens it: lease a
+    waiting trial of a study as ``owner`` and finish it with a synthetic result."""
+
+    def __init__(self, url: str, owner: str, seed: int) -> None:
+        from normfree.storage import Database, Repository
+
+        self.db = Database(url)
+        self.repo = Repository(self.db, max_attempts=3)
+        self.owner = owner
+        self.rng = random.Random(seed)
+
+    def finish_one(self, sid: int) -> bool | None:
+        """What ``finish_trial`` answered; None when no trial of ``sid`` was waiting."""
+        lease = self.repo.lease_next(sid, self.owner, 600.0)
+        if lease is None:
+            return None
+        result = synthetic(lease.config, self.rng)
+        return self.repo.finish_trial(lease.id, self.owner, lease.attempt, result)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.db.dispose()
+
+
 def _finish_study(url: str, sid: int, seed: int) -> int:
     """One writer: lease and finish every waiting trial of the study (a worker's writes)."""
-    from normfree.storage import Database, Repository
-
-    db = Database(url)
-    repo = Repository(db, max_attempts=3)
-    rng = random.Random(seed)
     n = 0
-    owner = f"bench-{os.getpid()}"
-    try:
-        while (lease := repo.lease_next(sid, owner, 600.0)) is not None:
-            assert repo.finish_trial(lease.id, owner, lease.attempt, synthetic(lease.config, rng))
+    with Writer(url, f"bench-{os.getpid()}", seed) as w:
+        while (finished := w.finish_one(sid)) is not None:
+            assert finished
             n += 1
-        repo.set_study_status(sid, "complete")
-    finally:
-        db.dispose()
+        w.repo.set_study_status(sid, "complete")
     return n
 
 

@@ -1,5 +1,6 @@
-"""Seed a database with a finished search study, some of whose trials were pruned, for the
-comparison and search pages' tests (API and browser).
+"""Seed a database with a finished search study (or a generate study of the same functions),
+some of whose trials were pruned, for the comparison, search and study pages' tests (API and
+browser).
 
 The study is created by the engine and its asks made by the driver's own ``refill`` (Optuna's
 sampler and storage, real trial rows with their Optuna numbers); each asked trial is then

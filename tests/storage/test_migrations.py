@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,29 @@ def _downgrade(db: Database, revision: str) -> Any:
     return inspect(db.engine)
 
 
+@contextmanager
+def _opened(url: str) -> Iterator[Database]:
+    """A Database on ``url`` that the test migrates itself, disposed after it."""
+    db = Database(url)
+    try:
+        yield db
+    finally:
+        db.dispose()
+
+
+def _back_and_forth(
+    db: Database, revision: str, tables: tuple[str, ...] = (), **gone: tuple[str, ...]
+) -> None:
+    """Downgrade to ``revision``, where the ``tables`` and each table's ``gone`` columns are
+    gone, then upgrade to the head again."""
+    insp = _downgrade(db, revision)
+    assert not set(tables) & set(insp.get_table_names()), tables
+    for table, columns in gone.items():
+        assert not set(columns) & {c["name"] for c in insp.get_columns(table)}, (table, columns)
+    db.migrate()
+    assert db.current_revision() == HEAD
+
+
 def test_migrated_schema_matches_models(db: Database) -> None:
     """Autogenerate finds nothing to do: models.py and migrations/versions agree (no drift)."""
     assert db.current_revision() == head(db) == HEAD
@@ -60,8 +85,7 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
     """0001: tables and keys; 0002: indexes, api_tokens; 0003: releases; 0004: NULL losses;
     0005: spike_step; 0006: arm_results, read_versions, candidates.prescreen (and back);
     0007: reference sets, trials.failure (and back)."""
-    db = Database(database_url)
-    try:
+    with _opened(database_url) as db:
         db.migrate("0001")
         insp = inspect(db.engine)
         assert "api_tokens" not in insp.get_table_names()
@@ -99,20 +123,13 @@ def test_revisions_add_what_they_say(database_url: str) -> None:
         insp = inspect(db.engine)
         assert {"reference_sets", "reference_rows"} <= set(insp.get_table_names())
         assert _nullable(insp, "trials", "failure")
-        insp = _downgrade(db, "0006")
-        assert "reference_sets" not in insp.get_table_names()
-        assert "failure" not in {c["name"] for c in insp.get_columns("trials")}
-        db.migrate()
-        assert db.current_revision() == HEAD
-    finally:
-        db.dispose()
+        _back_and_forth(db, "0006", ("reference_sets",), trials=("failure",))
 
 
 def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
     path = tmp_path / "normfree.db"
     shutil.copy(V1_FILE, path)
-    db = Database(f"sqlite:///{path}")
-    try:
+    with _opened(f"sqlite:///{path}") as db:
         assert db.current_revision() == "0001"
         db.migrate()
         assert db.current_revision() == HEAD
@@ -143,20 +160,14 @@ def test_upgrade_old_database_file_keeps_rows(tmp_path: Path) -> None:
         # what 0002 added works on the upgraded file
         token = repo.create_token("upgraded")
         assert repo.verify_token(token)
-    finally:
-        db.dispose()
     assert V1_FILE.read_bytes()[:16] == b"SQLite format 3\x00"  # the checked-in file is untouched
 
 
 def test_sqlite_pragmas(sqlite_database_url: str) -> None:
-    db = Database(sqlite_database_url)
-    try:
-        with db.engine.connect() as conn:
-            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
-    finally:
-        db.dispose()
+    with _opened(sqlite_database_url) as db, db.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
 
 
 def test_optuna_storage_url_derivation() -> None:
@@ -197,8 +208,7 @@ def test_downgrade_to_base_and_back(database_url: str) -> None:
 
     from normfree.specs import EpochRecord, NormSpec, StudySpec, TrialConfig
 
-    db = Database(database_url)
-    try:
+    with _opened(database_url) as db:
         db.migrate()
         repo = Repository(db)
         sid = repo.create_study(StudySpec(kind="property", proxy="p"))
@@ -218,15 +228,12 @@ def test_downgrade_to_base_and_back(database_url: str) -> None:
         assert "trials" not in inspect(db.engine).get_table_names()
         db.migrate()
         assert db.current_revision() == HEAD
-    finally:
-        db.dispose()
 
 
 def test_0009_backfills_canonical_keys_and_scopes(database_url: str) -> None:
     """0009: the oldest row of a canonical form gets the unique key (a later duplicate, stored by
     the old read-then-upsert race, keeps NULL); a token with no scope gets write."""
-    db = Database(database_url)
-    try:
+    with _opened(database_url) as db:
         db.migrate("0008")
         with db.engine.begin() as conn:
             for name in ("first", "second"):
@@ -246,19 +253,13 @@ def test_0009_backfills_canonical_keys_and_scopes(database_url: str) -> None:
         assert keys["first"] is not None and len(keys["first"]) == 64 and keys["second"] is None
         assert [t["scope"] for t in repo.list_tokens()] == ["write"]
         assert _nullable(inspect(db.engine), "studies", "owner_token_id")
-        insp = _downgrade(db, "0008")
-        assert "canonical_key" not in {c["name"] for c in insp.get_columns("candidates")}
-        db.migrate()
-        assert db.current_revision() == HEAD
-    finally:
-        db.dispose()
+        _back_and_forth(db, "0008", candidates=("canonical_key",))
 
 
 def test_0010_adds_archives_tags_and_notes_and_goes_back(database_url: str) -> None:
     """0010: studies.archived_at, tags (an empty list for existing rows), note;
     trials.archived (false for existing rows); candidates.archived_at, owner_token_id."""
-    db = Database(database_url)
-    try:
+    with _opened(database_url) as db:
         db.migrate("0009")
         with db.engine.begin() as conn:
             conn.exec_driver_sql(
@@ -275,20 +276,13 @@ def test_0010_adds_archives_tags_and_notes_and_goes_back(database_url: str) -> N
         }
         study = Repository(db).get_study(1)
         assert study is not None and study["tags"] == [] and study["archived_at"] is None
-        insp = _downgrade(db, "0009")
-        assert "tags" not in {c["name"] for c in insp.get_columns("studies")}
-        assert "archived" not in {c["name"] for c in insp.get_columns("trials")}
-        db.migrate()
-        assert db.current_revision() == HEAD
-    finally:
-        db.dispose()
+        _back_and_forth(db, "0009", studies=("tags",), trials=("archived",))
 
 
 def test_0012_backfills_upserted_keys_and_adds_prescreen_claims(database_url: str) -> None:
     """0012: a row upserted without a canonical key (the catalog and generate paths before it)
     gets one unless another row holds that function; the prescreen claim columns come and go."""
-    db = Database(database_url)
-    try:
+    with _opened(database_url) as db:
         db.migrate("0011")
         with db.engine.begin() as conn:
             for name, canonical in (("gen", "u/(3 + u**2)"), ("held", "u/(4 + u**2)")):
@@ -310,9 +304,4 @@ def test_0012_backfills_upserted_keys_and_adds_prescreen_claims(database_url: st
         assert keys["claimed"] == held_key and keys["held"] is None
         columns = {c["name"] for c in inspect(db.engine).get_columns("candidates")}
         assert {"prescreen_claimed_by", "prescreen_claimed_at"} <= columns
-        insp = _downgrade(db, "0011")
-        assert "prescreen_claimed_by" not in {c["name"] for c in insp.get_columns("candidates")}
-        db.migrate()
-        assert db.current_revision() == HEAD
-    finally:
-        db.dispose()
+        _back_and_forth(db, "0011", candidates=("prescreen_claimed_by",))

@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     # The same wait when an older line is done (a write moved the board): none by default, the
     # older line is shown and the board is built again when the new one is done.
     fidelity_line_rewait_s: float = Field(default=0.0, ge=0, le=600)
+    # A board's next fidelity line starts no sooner than this many times the last one's cost after
+    # it (api.lines): a writer's stream of commits then leaves the GIL mostly to the reads. The
+    # test suite, which waits for exact lines after each change, sets 0 (no spacing).
+    fidelity_line_spacing: float = Field(default=9.0, ge=0, le=100)
     # A study's estimated cost (trials x epochs x the preset's per-epoch seconds, scaled by model
     # size overrides) must stay under this many trial-seconds, or creation answers 422.
     max_study_trial_seconds: float = Field(default=250_000.0, gt=0)

@@ -33,6 +33,9 @@ from normfree.settings import get_settings
 # in this process and in every server a test starts (they inherit the environment).
 os.environ.setdefault("NORMFREE_FIDELITY_LINE_WAIT_S", "120")
 os.environ.setdefault("NORMFREE_FIDELITY_LINE_REWAIT_S", "120")
+# ... and does not space them: a waited-for line that waits out 9x its predecessor's cost made a
+# board read after a change take 65-89 s on a busy host.
+os.environ.setdefault("NORMFREE_FIDELITY_LINE_SPACING", "0")
 
 
 def _server_unavailable(url: str) -> str | None:

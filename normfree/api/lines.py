@@ -53,6 +53,7 @@ class FidelityLines:
         self._stamps: dict[Target, int] = {}
         self._shown_old: set[tuple[Target, Hashable]] = set()
         self._not_before: dict[Target, float] = {}
+        self._spacing: dict[Target, float] = {}  # as the last caller of :meth:`line` asked
         self._settled = False  # the first line's long-lived leftovers frozen (_settle)
         self.epoch = 0  # every line done (the fast lane's stamp)
 
@@ -63,11 +64,13 @@ class FidelityLines:
         compute: Callable[[], Any],
         wait_s: float,
         rewait_s: float | None = None,
+        spacing: float = SPACING,
     ) -> Any:
         """``target``'s line at ``version``: computed (or being computed) in the background;
         waited for at most ``wait_s`` (``rewait_s`` when an older line is done: by default the
         same), else the latest line done (None if there is none)."""
         with self._lock:
+            self._spacing[target] = spacing
             done = self._done.get(target)
             if done is not None and rewait_s is not None:
                 wait_s = rewait_s
@@ -147,9 +150,11 @@ class FidelityLines:
                 future.set_exception(exc)
                 continue
             with self._lock:
-                # a target's next line waits SPACING times this one's cost: under a stream of
-                # writes the thread (and the GIL it holds) stays mostly free for the reads
-                self._not_before[target] = time.monotonic() + SPACING * (time.monotonic() - started)
+                # a target's next line waits ``spacing`` times this one's cost: under a stream
+                # of writes the thread (and the GIL it holds) stays mostly free for the reads
+                cost = time.monotonic() - started
+                spacing = self._spacing.get(target, SPACING)
+                self._not_before[target] = time.monotonic() + spacing * cost
                 self._running.pop(target, None)
                 self._done[target] = (version, value)
                 # an older line shown for this version, or for one it replaced
@@ -217,6 +222,7 @@ def proxy_line(state: Any, proxy: str) -> Any:
         lambda: fidelity.summary(state, proxy=proxy),
         state.settings.fidelity_line_wait_s,
         state.settings.fidelity_line_rewait_s,
+        state.settings.fidelity_line_spacing,
     )
 
 
@@ -237,4 +243,5 @@ def study_line(state: Any, study_id: int) -> Any:
         lambda: fidelity.summary(state, study_id=study_id),
         state.settings.fidelity_line_wait_s,
         state.settings.fidelity_line_rewait_s,
+        state.settings.fidelity_line_spacing,
     )

@@ -69,6 +69,28 @@ def test_a_line_is_computed_once_per_version_and_never_waited_for_past_the_limit
     assert lines.line(target, 3, broken, wait_s=0) == "line 4"  # one that does not: the latest
 
 
+def test_the_next_line_waits_spacing_times_the_last_ones_cost() -> None:
+    """A server spaces a target's lines (``fidelity_line_spacing``, 9x): the next one starts no
+    sooner than that multiple of the last one's cost; 0 (the test suite) starts it at once."""
+    lines = FidelityLines()
+    target = ("proxy", ("db", "spaced"))
+
+    def costs_half_a_second(v: int) -> Callable[[], int]:
+        def compute() -> int:
+            time.sleep(0.5)
+            return v
+
+        return compute
+
+    assert lines.line(target, 1, costs_half_a_second(1), wait_s=10, spacing=10) == 1
+    # the next may start ~5 s (10 x 0.5 s) after: a build that waits 1 s sees the old line
+    assert lines.line(target, 2, costs_half_a_second(2), wait_s=1, rewait_s=1, spacing=10) == 1
+    assert lines.line(target, 2, costs_half_a_second(2), wait_s=30, rewait_s=30, spacing=0) == 2
+    t0 = time.perf_counter()
+    assert lines.line(target, 3, costs_half_a_second(3), wait_s=30, rewait_s=30, spacing=0) == 3
+    assert time.perf_counter() - t0 < 3  # unspaced: at once (0.5 s; the default 9x: 4.5 s)
+
+
 def test_a_board_answers_before_its_line_and_shows_it_when_done(
     make_api: Callable[..., Api], sqlite_database_url: str
 ) -> None:

@@ -37,6 +37,7 @@ import math
 import multiprocessing
 import os
 import threading
+import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ def _worker_main(conn: Connection) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's to handle
+    exit_with_parent()
     # Background work: when parses and the server want the same cores, the server's answers
     # (every other client's reads) go first.
     with contextlib.suppress(OSError):
@@ -78,6 +80,26 @@ def _worker_main(conn: Connection) -> None:
         except (EOFError, OSError):
             return
         conn.send(_run_job(target, args))
+
+
+def exit_with_parent() -> None:
+    """Exit this process as soon as its parent is gone (it was re-parented), checked twice a
+    second on a daemon thread.
+
+    Why: the forkserver notices its server's end only when it next reads its pipe, and a
+    worker only between jobs; one still importing or warming up (seconds of sympy, niced, on a
+    busy host) outlived a stopped ``normfree serve`` by more than 30 s. A parent-death signal
+    (prctl) would fire when the *thread* that started the process ends, which a thread pool's
+    thread may do at any time."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="normfree-exit-with-parent", daemon=True).start()
 
 
 def warm_up() -> None:

@@ -157,3 +157,45 @@ def test_health_answers_while_one_client_floods_formula_parses(
         worst, codes = health_during_flood(base, paths, settle_s=0.5)
     assert worst < HEALTH_LIMIT_S, f"/api/health took {worst:.2f} s during the flood"
     assert set(codes) <= {200, 422}, codes
+
+
+def test_the_workers_and_their_forkserver_end_with_a_killed_server(tmp_path: Any) -> None:
+    """A server killed outright (SIGKILL: no shutdown code runs) while a worker is busy leaves no
+    parse worker and no forkserver behind: each sees its parent gone within about a second
+    (the busy worker would otherwise run its job out: here two minutes)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from normfree.workers.localray import alive, descendants
+
+    script = (
+        "import asyncio, sys\n"
+        "from normfree.api.offload import OffloadPool\n"
+        "pool = OffloadPool(workers=1, seconds=60.0)\n"
+        "asyncio.run(pool.call('c', 'time:sleep', 0.0))\n"
+        "print('ready', flush=True)\n"
+        "asyncio.run(pool.call('c', 'time:sleep', 120.0))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        tree = descendants(proc.pid)
+        assert len(tree) >= 2, tree  # the forkserver and a worker forked from it
+        time.sleep(1.0)  # the worker is in its two-minute job
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(alive(p) for p in tree):
+            time.sleep(0.2)
+        left = [p for p in tree if alive(p)]
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left, left
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -203,7 +203,7 @@ def test_a_stored_functions_identity_transform_is_its_own_result(api: Api) -> No
     """``shift_v(mine, 0)`` computes ``mine``: on mine's page it is one of its own results, and
     ``shift_v(mine, 1)`` one of its transforms (resolved with the stored formula)."""
     made = api.client.post(
-        "/api/candidates", json={"name": "mine", "formula": "2*u/(2+abs(u))"}, headers=api.auth
+        "/api/candidates", json={"name": "mine", "formula": "7*u/(7+abs(u))"}, headers=api.auth
     )
     assert made.status_code in (201, 202), made.text  # 202: its prescreen runs on
     store_arms(api.repo, {"shift_v(mine, 0)": "complete", "shift_v(mine, 1)": "complete"})

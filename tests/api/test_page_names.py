@@ -159,10 +159,9 @@ def test_odd_names_round_trip_through_a_real_server_and_browser(tmp_path: Any) -
     from normfree import storage
     from normfree.settings import Settings
     from normfree.testing.live import live_server
-    from tests.api.test_browser import CHROMIUM, FLAGS, _need_chromium
+    from tests.api.browser import chromium, need_chromium
 
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
+    need_chromium()
 
     url_db = f"sqlite:///{tmp_path / 'normfree.db'}"
     store = storage.open(Settings(database_url=url_db))
@@ -178,14 +177,10 @@ def test_odd_names_round_trip_through_a_real_server_and_browser(tmp_path: Any) -
 
             r = httpx.get(base + "candidates/" + candidate_key(name), timeout=30)
             assert r.status_code == 200 and f"<h1>{esc(name)} " in r.text, name
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            try:
-                page = browser.new_page()
-                for name in [*ODD_NAMES, FORMULA]:
-                    page.goto(base + f"?proxy={PROXY}")
-                    page.locator("#leaderboard").get_by_role("link", name=name, exact=True).click()
-                    page.wait_for_load_state()
-                    assert page.locator("h1").inner_text().startswith(name), name
-            finally:
-                browser.close()
+        with chromium(tmp_path) as tab:
+            page = tab.page
+            for name in [*ODD_NAMES, FORMULA]:
+                page.goto(base + f"?proxy={PROXY}")
+                page.locator("#leaderboard").get_by_role("link", name=name, exact=True).click()
+                page.wait_for_load_state()
+                assert page.locator("h1").inner_text().startswith(name), name

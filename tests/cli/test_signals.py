@@ -77,6 +77,7 @@ def _wait_for_ray_and_a_trial(proc: subprocess.Popen, database_url: str, study_i
 def _stop_and_check(proc: subprocess.Popen, sig: int, tree: set[int]) -> tuple[int, str]:
     """Send ``sig``; the exit status and stderr once every process of ``tree`` is gone."""
     assert len(tree) >= 5, [_cmdline(p) for p in tree]  # GCS, raylet, agents, a worker ...
+    names = {p: _cmdline(p) for p in tree}  # read now: a process being killed shows none
     proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=120)
@@ -90,7 +91,7 @@ def _stop_and_check(proc: subprocess.Popen, sig: int, tree: set[int]) -> tuple[i
     for p in left:  # never leave them to the next test, whatever the outcome
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-    assert not left, f"left behind: {[_cmdline(p) for p in left]}"
+    assert not left, f"left behind: {[names[p] for p in left]}"
     assert "Aborted" not in err, err[-2000:]
     assert "SIGTERM received" not in err, err[-2000:]  # Ray's C-level failure handler
     return proc.returncode, err

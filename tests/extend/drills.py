@@ -73,7 +73,7 @@ print(f"{len(ran)} tests of {name} passed")
 """
 
 
-def tests_of(name: str, k: str, *paths: str) -> tuple[str, ...]:
+def suite_of(name: str, k: str, *paths: str) -> tuple[str, ...]:
     """The check that runs ``pytest -k K PATHS`` through :data:`TESTS_OF` for ``name``."""
     return ("-c", TESTS_OF, name, "-q", "-p", "no:cacheprovider", "-k", k, *paths)
 
@@ -198,7 +198,7 @@ def primitive_drill(name: str, row: str, formula: str, expect: str) -> Drill:
         checks=(
             lint(table),
             ("-c", PRIMITIVE_SCRIPT, formula, expect),
-            tests_of(name, f"{name} or derived", "tests/search_space/test_primitives.py",
+            suite_of(name, f"{name} or derived", "tests/search_space/test_primitives.py",
                      "tests/kernels/test_printers.py", "tests/kernels/test_operator.py"),
         ),
         uninterpreted=(("-c", AOT_SCRIPT, f"{name}(u)"),),
@@ -227,7 +227,7 @@ ENTRY = Drill.inserting(
     "    # Growth-rate family: unbounded and unclipped.", ENTRY_LINE,
     checks=(
         lint("normfree/search_space/catalog.py"),
-        tests_of("gudermann", "gudermann or every or papers or list or demo_json or nan_gradient",
+        suite_of("gudermann", "gudermann or every or papers or list or demo_json or nan_gradient",
                  "tests/search_space/test_catalog.py", "tests/search_space/test_derivative.py",
                  "tests/search_space/test_properties.py", "tests/kernels/test_operator.py",
                  "tests/cli/test_candidates.py"),

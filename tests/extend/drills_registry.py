@@ -7,7 +7,7 @@ the doc as ``<kind>``.
 
 from __future__ import annotations
 
-from tests.extend.drills import Drill, tests_of
+from tests.extend.drills import Drill, suite_of
 
 # -- a preset: a deeper smoke ViT, keeping its parent's measured cost -------------------------
 PRESET_CODE = """register(
@@ -48,7 +48,7 @@ PRESET = Drill.inserting(
     "# The screens a user gets without naming one", PRESET_CODE,
     checks=(
         ("-c", PRESET_SCRIPT),
-        tests_of("vit-tiny-deep", "vit-tiny-deep or every_preset",
+        suite_of("vit-tiny-deep", "vit-tiny-deep or every_preset",
                  "tests/workers/test_proxies.py", "tests/workers/test_preset_cost.py"),
     ),
 )  # fmt: skip
@@ -111,7 +111,7 @@ KIND = Drill(
     edits={"normfree/workers/kinds/sweep.py": lambda _: KIND_MODULE},
     checks=(
         ("-c", KIND_SCRIPT),
-        tests_of("sweep", "sweep or registered", "tests/workers/test_kind_contract.py",
+        suite_of("sweep", "sweep or registered", "tests/workers/test_kind_contract.py",
                  "tests/workers/test_kinds.py"),
     ),
     placeholders=(("<kind>", "sweep"),),

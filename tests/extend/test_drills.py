@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.extend.drills import DRILLS, Drill, tests_of
+from tests.extend.drills import DRILLS, Drill, suite_of
 from tests.extend.drills_registry import REGISTRY_DRILLS
 from tests.extend.scratch import ROOT, edit, run, scratch_copy
 
@@ -41,7 +41,7 @@ def test_drill_in_a_scratch_copy(drill: Drill, tmp_path: Path) -> None:
 def test_a_row_the_existing_tests_do_not_reach_fails_its_drill(tmp_path: Path) -> None:
     """The drills' pytest wrapper fails when the tests it runs pass without running a test of
     the new row (as a row would whose tests needed an edit in a test file the doc omits)."""
-    args = [*tests_of("nosuchrow", "nosuchrow or derived", "tests/search_space/test_primitives.py")]
+    args = [*suite_of("nosuchrow", "nosuchrow or derived", "tests/search_space/test_primitives.py")]
     proc = run(ROOT, args, env={"NORMFREE_KERNEL_CACHE": str(tmp_path)})
     assert proc.returncode != 0 and "('nosuchrow', [])" in proc.stderr, proc.stderr[-2000:]
     assert "1 passed" in proc.stdout  # the other test ran and passed: only the count fails

@@ -196,7 +196,13 @@ def list_study_arms(
     responses={
         200: {
             "description": "The curves as a file: one row per trial, epoch and metric.",
-            "content": {k.split(";")[0]: {} for k in export.MEDIA_TYPES.values()},
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/vnd.apache.parquet": {
+                    "schema": {"type": "string", "format": "binary"}
+                },
+                "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+            },
         },
         404: {"model": ErrorBody, "description": "No such study, or a trial not of it."},
         406: export.FILE_RESPONSES[406],

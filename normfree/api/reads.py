@@ -293,46 +293,40 @@ def _resolve_with(arm: str, definitions: tuple[tuple[str, str], ...]) -> Any:
         return None
 
 
-def _board_rows(
-    state: services.ServiceState, wanted: Callable[[str], bool]
-) -> list[dict[str, Any]]:
-    """The leaderboard rows, across proxies, of the arms whose stored norm name is ``wanted``."""
-    with state.db.read() as conn:
-        pairs = reads.arm_candidates(conn)
-    out: list[dict[str, Any]] = []
-    for proxy in sorted({p for p, c in pairs if wanted(c)}):
-        board = leaderboard(state, proxy)
-        out.extend(
-            {"proxy": proxy, "objective": board.objective, **row.model_dump()}
-            for row in board.rows
-            if wanted(row.function)
-        )
-    return out
-
-
-def candidate_results(
+def candidate_rows(
     state: services.ServiceState, name: str, fingerprint: str | None = None
-) -> list[dict[str, Any]]:
-    """The leaderboard rows, across proxies, of every arm that runs ``name``'s function.
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The leaderboard rows, across proxies, of every arm that runs ``name``'s function, and
+    apart from them the rows of arms built on it that compute other values: its transforms
+    (``shift_v(f, 1)``, ``flat_centre(f, 0.5)``), failed ones included. Why the second list: a
+    property study of a function trains only such arms; without them the function's page would
+    not show that the study ran, or that it failed.
 
     Matched on the arm's stored norm name (``LeaderboardRow.function``), never on its label: a
     label carries the arm's options (``erf [shift=scalar]``) and still is erf's result.
     """
     with state.db.read() as conn:
-        arms = {c for _p, c in reads.arm_candidates(conn)}
-    same = same_function_names(state, name, fingerprint, arms)
-    return _board_rows(state, same.__contains__)
+        pairs = reads.arm_candidates(conn)
+    same = same_function_names(state, name, fingerprint, {c for _p, c in pairs})
+    mentions = _mentions(same)
+    own: list[dict[str, Any]] = []
+    derived: list[dict[str, Any]] = []
+    for proxy in sorted({p for p, c in pairs if c in same or mentions(c)}):
+        board = leaderboard(state, proxy)
+        for row in board.rows:
+            if row.function in same:
+                rows = own
+            elif mentions(row.function):
+                rows = derived
+            else:
+                continue
+            rows.append({"proxy": proxy, "objective": board.objective, **row.model_dump()})
+    return own, derived
 
 
-def candidate_derived(
+def candidate_results(
     state: services.ServiceState, name: str, fingerprint: str | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of arms built on ``name``'s function that compute other values: its transforms
-    (``shift_v(f, 1)``, ``flat_centre(f, 0.5)``), failed ones included. Why: a property study of
-    a function trains only such arms; without them the function's page would not show that the
-    study ran, or that it failed."""
-    with state.db.read() as conn:
-        arms = {c for _p, c in reads.arm_candidates(conn)}
-    same = same_function_names(state, name, fingerprint, arms)
-    mentions = _mentions(same)
-    return _board_rows(state, lambda arm: arm not in same and mentions(arm))
+    """The leaderboard rows, across proxies, of every arm that runs ``name``'s function (the
+    first list of :func:`candidate_rows`)."""
+    return candidate_rows(state, name, fingerprint)[0]

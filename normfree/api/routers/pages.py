@@ -312,15 +312,10 @@ def _candidate_page(
             ),
             None,
         )
-    results = parts.build(
+    results, derived = parts.build(
         "its results across proxies",
-        lambda: reads.candidate_results(state, pub.name, pub.fingerprint),
-        [],
-    )
-    derived = parts.build(
-        "the results of its transforms",
-        lambda: reads.candidate_derived(state, pub.name, pub.fingerprint),
-        [],
+        lambda: reads.candidate_rows(state, pub.name, pub.fingerprint),
+        ([], []),
     )
     unreadable = list(pub.unreadable)
     prescreen = parts.build(

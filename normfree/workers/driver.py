@@ -24,6 +24,7 @@ statuses: the driver stops leasing at once, running tasks read the status at the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -126,53 +127,40 @@ def create_study(
     process killed in between leaves a ``creating`` study that the next start removes with its
     Optuna study (:func:`recover_creations`). ``owner_token_id``: the API token creating it.
     """
-    if store is not None:
-        return _create_study(
-            spec, settings or get_settings(), store, validated, request, owner_token_id
-        )
     settings = settings or get_settings()
-    # a handle opened for this one creation is closed with it: the API creates studies in its
-    # thread pool, and undisposed engines kept their connections until the garbage collector
-    # ran (three engines a study; PostgreSQL refused clients past its 100)
-    own = TrialStore(
-        settings.database_url, settings.optuna_storage_url, max_attempts=settings.max_attempts
-    )
-    try:
-        return _create_study(spec, settings, own, validated, request, owner_token_id)
-    finally:
-        own.close()
-
-
-def _create_study(
-    spec: StudySpec,
-    settings: Settings,
-    store: TrialStore,
-    validated: bool,
-    request: bool,
-    owner_token_id: int | None,
-) -> int:
-    store.migrate()
-    if not validated:  # the one validation (as REST's), with this database's stored names
-        spec = prepare(spec, stored_names(store.repo), request=request)
-    check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
-    kind = kinds.get(spec.kind)
-    kind.validate(spec)
-    planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run
-    # Two stores (ours and Optuna's) cannot share a transaction: the study is written, and on
-    # any failure both are removed again, so a study exists whole or not at all.
-    study_id = store.repo.create_study(spec, status="creating", owner_token_id=owner_token_id)
-    try:
-        _load_optuna(store, spec, study_id)
-        if planned:
-            store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
-            # a key another study already ran under this trainer code is answered, not trained
-            store.repo.reuse_finished(study_id, trainer_version())
-        if not store.repo.finish_creation(study_id):
-            raise RuntimeError(f"study {study_id} was removed while it was being created")
-    except BaseException:
-        _undo_create(store, study_id)
-        raise
-    return study_id
+    with contextlib.ExitStack() as opened:
+        if store is None:
+            # a handle opened for this one creation is closed with it: the API creates studies
+            # in its thread pool, and undisposed engines kept their connections until the
+            # garbage collector ran (three engines a study; PostgreSQL refused clients past 100)
+            store = TrialStore(
+                settings.database_url,
+                settings.optuna_storage_url,
+                max_attempts=settings.max_attempts,
+            )
+            opened.callback(store.close)
+        store.migrate()
+        if not validated:  # the one validation (as REST's), with this database's stored names
+            spec = prepare(spec, stored_names(store.repo), request=request)
+        check_study(spec, settings)  # params, overrides, dataset name, cost: ConfigError (-> 422)
+        kind = kinds.get(spec.kind)
+        kind.validate(spec)
+        planned = kind.plan(spec)  # grid kinds: every trial; the others add theirs as they run
+        # Two stores (ours and Optuna's) cannot share a transaction: the study is written, and on
+        # any failure both are removed again, so a study exists whole or not at all.
+        study_id = store.repo.create_study(spec, status="creating", owner_token_id=owner_token_id)
+        try:
+            _load_optuna(store, spec, study_id)
+            if planned:
+                store.repo.add_trials(study_id, [(p.config, p.axis_values) for p in planned])
+                # a key another study already ran under this trainer code is answered, not trained
+                store.repo.reuse_finished(study_id, trainer_version())
+            if not store.repo.finish_creation(study_id):
+                raise RuntimeError(f"study {study_id} was removed while it was being created")
+        except BaseException:
+            _undo_create(store, study_id)
+            raise
+        return study_id
 
 
 def recover_creations(store: Any) -> list[int]:

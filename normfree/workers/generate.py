@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -400,9 +401,7 @@ def study_report(
         out["trial_s_avoided"] = out["rejected_before_training"] * seeds * mean_trial_s
     else:
         out["trial_s_avoided"] = None
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    counts = Counter(r["status"] for r in rows)
     if importance is not None:
         out["importance"], out["importance_stale"] = importance(counts)
     elif isinstance(stored, dict) and stored.get("counts") == outcome_counts(counts):

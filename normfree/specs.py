@@ -215,10 +215,10 @@ class LayerDiagnostic(_Frozen):
     gamma_std: float | None = None
     beta_mean: float | None = None
     beta_std: float | None = None
-    # plot alpha against 1/input_std
+    # the trial page plots alpha against 1 / input_std
     input_std: float | None = Field(default=None, description="std of the norm's input")
     input_absmax: float | None = None
-    # of the residual branch output the slot feeds
+    # the residual branch is the one whose output this slot feeds
     branch_norm: float | None = Field(default=None, description="RMS of the residual branch")
     grad_norm: float | None = None
     extra: dict[str, float] = Field(default_factory=dict)

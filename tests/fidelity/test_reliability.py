@@ -142,3 +142,24 @@ def test_weighted_ranks_equal_resampling_arms_one_by_one() -> None:
     assert _split_spearman(ha, hb, np.ones((1, 25)))[0] == pytest.approx(
         _reference_split_spearman(ha, hb), abs=1e-12
     )
+
+
+def test_half_scores_are_the_means_of_completed_seeds_and_tie_exactly() -> None:
+    """A half's score: the mean of the arm's completed seeds there, NaN with none there, -inf
+    when more failed than completed; arms with the same values in another seed order tie."""
+    from normfree.fidelity.reliability import _half_scores
+
+    values = {
+        "a": {0: 0.901, 1: 0.905, 2: 0.899, 3: None},
+        "b": {0: 0.905, 1: 0.899, 2: 0.901, 3: 0.9},  # a's values, another order
+        "c": {0: None, 1: None, 2: 0.5},
+        "d": {3: 0.7},
+    }
+    halves = [(0, 1, 2), (1, 2, 3)]
+    got = _half_scores(values, list(values), [0, 1, 2, 3], halves, -1.0)
+    assert got.shape == (2, 4)
+    assert got[0, 0] == got[0, 1] == pytest.approx(-(0.901 + 0.905 + 0.899) / 3, abs=1e-12)
+    assert got[1, 0] == pytest.approx(-(0.905 + 0.899) / 2, abs=1e-12)  # one failure of three
+    assert got[0, 2] == -math.inf  # two of its three seeds there failed
+    assert got[1, 2] == pytest.approx(-0.5)  # one failed, one completed: the completed one
+    assert math.isnan(got[0, 3]) and got[1, 3] == pytest.approx(-0.7)

@@ -160,28 +160,41 @@ def _half_score(cell: Mapping[int, float | None], half: Sequence[int], sign: flo
     return statistics.fmean(values)
 
 
-def _mean_spearman(ha: np.ndarray, hb: np.ndarray) -> float:
-    """Mean over splits (rows) of Spearman between ha and hb (columns = arms); NaN arms and
-    constant rows are left out."""
-    from scipy.stats import rankdata
+def _ranks(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Average ranks of ``x``'s entries (k,) within each weighted copy of it (B, k): entry j's
+    rank in the multiset holding x_i ``weights[b, i]`` times.
 
-    if not (np.isnan(ha).any() or np.isnan(hb).any()):  # the common case, vectorised
-        ra, rb = rankdata(ha, axis=1), rankdata(hb, axis=1)
-        ra -= ra.mean(axis=1, keepdims=True)
-        rb -= rb.mean(axis=1, keepdims=True)
-        den = np.sqrt((ra * ra).sum(axis=1) * (rb * rb).sum(axis=1))
-        ok = den > 0
-        return float(((ra * rb).sum(axis=1)[ok] / den[ok]).mean()) if ok.any() else math.nan
-    rs = []
+    Why not ``rankdata`` per resample: a bootstrap resample repeats and drops arms, so its ranks
+    are the counts below plus half the ties, weighted by how often each arm was drawn; that is
+    one matrix product for every resample at once (the per-resample sort was 2 s of a 171-arm
+    board's build on a 2-core host, bench/results/live_reads.md). Entries with weight 0 (not
+    drawn, or NaN) count for nothing; their own ranks are finite and unused."""
+    below = (x[None, :] < x[:, None]).astype(float)  # [j, i]: x_i < x_j (NaN compares False)
+    tied = (x[None, :] == x[:, None]).astype(float)
+    return weights @ (below + 0.5 * tied).T + 0.5
+
+
+def _split_spearman(ha: np.ndarray, hb: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per weighting (rows of ``weights``, (B, k): how often each arm is counted), the mean over
+    splits (rows of ``ha``/``hb``, (S, k)) of Spearman between the halves' scores; NaN arms are
+    left out of a split, and a split with fewer than ``MIN_ARMS`` arms or a constant half
+    does not count. NaN where no split counts."""
+    total = np.zeros(weights.shape[0])
+    counted = np.zeros(weights.shape[0])
     for a, b in zip(ha, hb, strict=True):
-        keep = ~(np.isnan(a) | np.isnan(b))
-        if keep.sum() < MIN_ARMS:
-            continue
-        ra, rb = rankdata(a[keep]), rankdata(b[keep])
-        if ra.std() == 0 or rb.std() == 0:
-            continue
-        rs.append(float(np.corrcoef(ra, rb)[0, 1]))
-    return statistics.fmean(rs) if rs else math.nan
+        w = weights * ~(np.isnan(a) | np.isnan(b))
+        n = w.sum(axis=1)
+        safe = np.maximum(n, 1.0)[:, None]
+        ra, rb = _ranks(a, w), _ranks(b, w)
+        da = ra - (w * ra).sum(axis=1, keepdims=True) / safe
+        db = rb - (w * rb).sum(axis=1, keepdims=True) / safe
+        cov = (w * da * db).sum(axis=1)
+        den = np.sqrt((w * da * da).sum(axis=1) * (w * db * db).sum(axis=1))
+        ok = (n >= MIN_ARMS) & (den > 1e-9)  # ranks are half-integers: a spread is >= 0.5
+        total[ok] += np.clip(cov[ok] / den[ok], -1.0, 1.0)
+        counted[ok] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counted > 0, total / np.maximum(counted, 1), np.nan)
 
 
 def rank_reliability(
@@ -217,7 +230,7 @@ def rank_reliability(
     ha = np.array([[_half_score(values[a], sa, sign) for a in arms] for sa, _ in splits])
     hb = np.array([[_half_score(values[a], sb, sign) for a in arms] for _, sb in splits])
     used = ~np.all(np.isnan(ha) | np.isnan(hb), axis=0)
-    r = _mean_spearman(ha, hb)
+    r = float(_split_spearman(ha, hb, np.ones((1, len(arms))))[0])
     if not math.isfinite(r):
         return empty("the halves give no rank correlation (every arm ties)", int(used.sum()))
     # the seed count each half stands for: a split's halves of the arms' typical seed count
@@ -232,13 +245,13 @@ def rank_reliability(
     rel, rho = to_r(r)
     low = high = None
     if bootstrap > 0:
-        boot = []
         cols = np.flatnonzero(used)
-        for _ in range(bootstrap):
-            pick = rng.choice(cols, len(cols), replace=True)
-            rb = _mean_spearman(ha[:, pick], hb[:, pick])
-            if math.isfinite(rb):
-                boot.append(to_r(rb)[0])
+        # the same draws as one resample at a time (one integers() stream), all at once
+        picks = np.stack([rng.choice(len(cols), len(cols), replace=True) for _ in range(bootstrap)])
+        drawn = np.zeros((bootstrap, len(cols)))
+        np.add.at(drawn, (np.arange(bootstrap)[:, None], picks), 1.0)
+        corr = _split_spearman(ha[:, cols], hb[:, cols], drawn)
+        boot = [to_r(float(c))[0] for c in corr if math.isfinite(c)]
         if boot:
             tail = (1 - confidence) / 2 * 100
             low, high = (float(x) for x in np.percentile(boot, [tail, 100 - tail]))

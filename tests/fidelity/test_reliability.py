@@ -104,3 +104,41 @@ def test_from_proxy_trials() -> None:
         direction="minimize",
     )
     assert trials_reliability(trials) == direct
+
+
+def _reference_split_spearman(ha: np.ndarray, hb: np.ndarray) -> float:
+    """The definition, one split and one resample at a time (scipy's ranks, NaN arms left out)."""
+    from scipy.stats import rankdata
+
+    rs = []
+    for a, b in zip(ha, hb, strict=True):
+        keep = ~(np.isnan(a) | np.isnan(b))
+        if keep.sum() < 3:
+            continue
+        ra, rb = rankdata(a[keep]), rankdata(b[keep])
+        if ra.std() == 0 or rb.std() == 0:
+            continue
+        rs.append(float(np.corrcoef(ra, rb)[0, 1]))
+    return float(np.mean(rs)) if rs else math.nan
+
+
+def test_weighted_ranks_equal_resampling_arms_one_by_one() -> None:
+    """The bootstrap's all-at-once ranks (counts of each drawn arm) give what ranking each
+    resampled matrix gives, with ties, failures (-inf) and missing halves (NaN)."""
+    from normfree.fidelity.reliability import _split_spearman
+
+    rng = np.random.default_rng(7)
+    ha = np.round(rng.normal(size=(6, 25)), 1)  # rounding makes ties
+    hb = np.round(ha + rng.normal(scale=0.7, size=ha.shape), 1)
+    ha[0, 3] = hb[2, 5] = -math.inf
+    ha[1, 4] = hb[3, 4] = ha[4, 9] = math.nan
+    picks = [rng.choice(25, 25, replace=True) for _ in range(40)]
+    weights = np.zeros((40, 25))
+    for b, p in enumerate(picks):
+        np.add.at(weights[b], p, 1.0)
+    got = _split_spearman(ha, hb, weights)
+    want = [_reference_split_spearman(ha[:, p], hb[:, p]) for p in picks]
+    assert np.allclose(got, want, atol=1e-12, equal_nan=True)
+    assert _split_spearman(ha, hb, np.ones((1, 25)))[0] == pytest.approx(
+        _reference_split_spearman(ha, hb), abs=1e-12
+    )

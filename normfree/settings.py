@@ -89,6 +89,12 @@ class Settings(BaseSettings):
     # Replay cached anonymous reads before routing while the database is unchanged
     # (api.fastlane). Off: every read goes through its route (to compare, or to rule it out).
     fast_lane: bool = True
+    # A cached read whose version changed less than this long ago is under a stream of writes:
+    # the reader of its next version waits at most ``read_fresh_wait_s`` for the build, then gets
+    # the previous version (api.cache). 0: every such reader waits for the build. The test
+    # suite, which reads its own writes back at once, sets 0.
+    read_stale_window_s: float = Field(default=2.0, ge=0, le=600)
+    read_fresh_wait_s: float = Field(default=0.02, ge=0, le=600)
     # How long a board's (or study page's) build waits for its fidelity line of the current
     # version before it shows the latest one computed (api.lines): the line is a report over
     # every finished trial, computed once per version on a background thread, and a board

@@ -36,6 +36,9 @@ os.environ.setdefault("NORMFREE_FIDELITY_LINE_REWAIT_S", "120")
 # ... and does not space them: a waited-for line that waits out 9x its predecessor's cost made a
 # board read after a change take 65-89 s on a busy host.
 os.environ.setdefault("NORMFREE_FIDELITY_LINE_SPACING", "0")
+# Tests read their writes back at once: a read under a stream of writes would otherwise get the
+# previous version while the new one builds (api.cache); test_cache checks that path.
+os.environ.setdefault("NORMFREE_READ_STALE_WINDOW_S", "0")
 
 
 def _server_unavailable(url: str) -> str | None:

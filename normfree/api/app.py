@@ -123,8 +123,10 @@ def create_app(
 
             state.trial_documents = AsyncTrialDocuments(state.db.url, size=settings.quick_threads)
         app.state.offload.open()  # a lifespan may run again after a close (test clients)
-        if freeze_heap:  # a server process: its parse workers start now, not on first use
+        if freeze_heap:  # a server process: its worker processes start now, not on first use
             app.state.offload.start()
+            # the catalog, the function analyses and the fidelity lines are computed there
+            offload.start_background()
         # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
         threading.Thread(
             target=_warm_up, args=(state, freeze_heap), name="normfree-warm-up", daemon=True
@@ -145,6 +147,8 @@ def create_app(
             if state.trial_documents is not None:
                 await state.trial_documents.aclose()
             app.state.offload.close()
+            if freeze_heap:
+                offload.close_background()
             state.close()
 
     app = FastAPI(
@@ -165,6 +169,8 @@ def create_app(
     app.state.services = state
     app.state.templates = Jinja2Templates(directory=str(HERE / "templates"))
     pages.install_filters(app.state.templates)
+    if freeze_heap:
+        _preload_reads(app.state.templates)
 
     errors.install_error_handlers(app)
     # Inside the body limit (it buffers a bounded body), outside every route (api.inputs).
@@ -236,16 +242,37 @@ def create_app(
 
 def _warm_up(state: Any, freeze_heap: bool) -> None:
     """The start's background warm-up (``services.warm_up``: the catalog, the analyses; it
-    freezes the heap at its end in a server), with what the first fidelity line would import
-    first in a server (``lines.preload``), so that the freeze covers it."""
+    freezes the heap at its end in a server), then, in a server, what a fidelity line computed
+    here would import (``lines.preload``), frozen too.
+
+    In that order: the catalog and the analyses come from the background worker (the first
+    requests need them), while the preload is a second of imports holding this process's GIL
+    that only a line computed here (the worker failed) would need."""
     from normfree.api import lines, services
 
+    services.warm_up(state)
     if freeze_heap:
         try:
             lines.preload()
         except Exception:  # the first line imports it again, with its reason
             log.warning("fidelity line preload failed", exc_info=True)
-    services.warm_up(state)
+        services.freeze_long_lived()
+
+
+def _preload_reads(templates: Jinja2Templates) -> None:
+    """Before a server answers: take the first-use costs of every read's build (imports,
+    plotly's validators, the templates' compilation), which the first board and page after a
+    start paid, seconds on a busy 2-core host, while its warm-up threads competed for the GIL
+    (issue 27: each page's first request under 1 s)."""
+    from scipy.special import stdtr, stdtrit
+
+    from normfree.api import plots
+    from normfree.fidelity import reliability  # noqa: F401
+
+    stdtrit(3, 0.975), stdtr(3.0, -1.0)
+    plots.warm()
+    for name in templates.env.list_templates(extensions=["html"]):
+        templates.env.get_template(name)
 
 
 def _quietly(fn: Any) -> Any:

@@ -13,6 +13,11 @@ of a hit is that query plus a dict lookup; no time-to-live is involved.
 - Builds are single-flight per key, and while one runs, requests for the same read get its
   previous version (``ResponseCache``): 32 clients missing at once, or a stream of finished
   trials, cost one build at a time, not one per request.
+- Under a stream of writes (a family whose version changed in the last
+  ``settings.read_stale_window_s``), no reader waits for a build: the one that finds a new
+  version starts its build in the background and waits ``read_fresh_wait_s`` at most, then
+  gets the previous version (at most the commits made during one build behind; issue 27's
+  live reads). A lone write is still read back at once: a quiet family's reader waits.
 - Bodies are gzipped once per entry for clients that accept it.
 - Memory is bounded by entry count (LRU); each process has its own cache.
 """
@@ -21,9 +26,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +41,8 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree import __version__
 from normfree.api import fastlane
+
+log = logging.getLogger(__name__)
 
 # Responses a client must revalidate before reuse (the ETag makes that a cheap 304).
 CACHE_CONTROL = "no-cache"
@@ -82,13 +93,28 @@ class ResponseCache:
     reader never sees a version older than the one current when the running build started.
     """
 
-    def __init__(self, max_entries: int = 2048) -> None:
+    def __init__(
+        self,
+        max_entries: int = 2048,
+        *,
+        stale_window_s: float = 0.0,
+        fresh_wait_s: float = 0.02,
+    ) -> None:
         self.max_entries = max_entries
+        # A family whose version changed less than this long ago is *hot* (a stream of writes):
+        # a reader of its next version waits ``fresh_wait_s`` for the build, then gets the
+        # previous version while the build finishes in the background. 0: every reader of a
+        # new version with nothing building waits for it (read-your-writes, the test suite).
+        self.stale_window_s = stale_window_s
+        self.fresh_wait_s = fresh_wait_s
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._latest: OrderedDict[Hashable, tuple[int, Hashable, Any]] = OrderedDict()
         self._busy: dict[Hashable, int] = {}
         self._lock = threading.Lock()
         self._building: dict[Hashable, threading.Lock] = {}
+        self._background: dict[Hashable, Future[Any]] = {}
+        self._changed: dict[Hashable, float] = {}  # family -> when its latest was replaced
+        self._executor: ThreadPoolExecutor | None = None
         self._seq = 0
         self.hits = 0
         self.misses = 0
@@ -106,46 +132,105 @@ class ResponseCache:
         self, key: tuple[Hashable, Hashable], build: Callable[[], Any], *, stale_ok: bool = True
     ) -> tuple[Hashable, Any]:
         """(the key served, its value): ``key``'s, built if needed, or (``stale_ok``) the
-        family's latest while another request builds a newer one."""
+        family's latest while a newer one builds (another request's build, or, for a hot
+        family, this request's own build after ``fresh_wait_s``)."""
         hit = self.get(key)
         if hit is not None:
             return key, hit
         family = key[0]
         with self._lock:
             latest = self._latest.get(family)
-            if stale_ok and latest is not None and self._busy.get(family):
-                self.stale += 1
-                return latest[1], latest[2]
-            gate = self._building.setdefault(key, threading.Lock())
+            if stale_ok and latest is not None:
+                future = self._background.get(key)
+                if future is None and self._busy.get(family):
+                    self.stale += 1
+                    return latest[1], latest[2]
+                if future is None and self._hot(family):
+                    future = self._submit(key, build)
+            else:
+                future = None
+        if future is not None:
+            try:
+                return key, future.result(timeout=self.fresh_wait_s)
+            except FutureTimeout:
+                with self._lock:
+                    latest = self._latest.get(family)
+                    if latest is not None:
+                        self.stale += 1
+                        return latest[1], latest[2]
+                return key, future.result()  # the family's latest was evicted meanwhile
+        gate = self._gate(key)
         with gate:
             hit = self.get(key)  # built by the request we waited for
             if hit is not None:
                 return key, hit
             with self._lock:
-                self._busy[family] = self._busy.get(family, 0) + 1
-                self._seq += 1
-                seq = self._seq
-            try:
-                value = build()
-            finally:
-                with self._lock:
-                    self._building.pop(key, None)
-                    self._busy[family] -= 1
-                    if not self._busy[family]:
-                        del self._busy[family]
+                seq = self._begin(family)
+            return key, self._build(key, build, seq)
+
+    def _hot(self, family: Hashable) -> bool:
+        changed = self._changed.get(family)
+        return (
+            self.stale_window_s > 0
+            and changed is not None
+            and time.monotonic() - changed < self.stale_window_s
+        )
+
+    def _gate(self, key: Hashable) -> threading.Lock:
+        with self._lock:
+            return self._building.setdefault(key, threading.Lock())
+
+    def _begin(self, family: Hashable) -> int:
+        """A build of ``family`` starts (under the lock): its sequence number."""
+        self._busy[family] = self._busy.get(family, 0) + 1
+        self._seq += 1
+        return self._seq
+
+    def _submit(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Future[Any]:
+        """``key``'s build on the cache's background threads (under the lock)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(2, thread_name_prefix="normfree-rebuild")
+        seq = self._begin(key[0])
+        future = self._executor.submit(self._build, key, build, seq)
+        self._background[key] = future
+
+        def done(f: Future[Any]) -> None:
             with self._lock:
-                self.misses += 1
-                self._entries[key] = value
-                self._entries.move_to_end(key)
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
-                held = self._latest.get(family)
-                if held is None or held[0] < seq:  # a slower, older build never wins
-                    self._latest[family] = (seq, key, value)
-                self._latest.move_to_end(family)
-                while len(self._latest) > self.max_entries:
-                    self._latest.popitem(last=False)
-            return key, value
+                self._background.pop(key, None)
+            if f.exception() is not None:  # a waiter raised it already, or nobody waited
+                log.warning("background build of %r failed: %s", key, f.exception())
+
+        future.add_done_callback(done)
+        return future
+
+    def _build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any], seq: int) -> Any:
+        """Build ``key`` (its family marked busy by :meth:`_begin`) and keep the value."""
+        family = key[0]
+        try:
+            value = build()
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
+                self._busy[family] -= 1
+                if not self._busy[family]:
+                    del self._busy[family]
+        with self._lock:
+            self.misses += 1
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+            held = self._latest.get(family)
+            if held is None or held[0] < seq:  # a slower, older build never wins
+                if held is not None and held[1] != key:
+                    self._changed[family] = time.monotonic()
+                    while len(self._changed) > self.max_entries:
+                        self._changed.pop(next(iter(self._changed)))
+                self._latest[family] = (seq, key, value)
+            self._latest.move_to_end(family)
+            while len(self._latest) > self.max_entries:
+                self._latest.popitem(last=False)
+        return value
 
     def get_or_build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Any:
         """The value for ``key`` (or its family's latest while another request builds)."""

@@ -263,6 +263,39 @@ async def report_off_loop(
     return S.FidelityReport(**out)
 
 
+def summary_dict(url: str, proxy: str | None, study_id: int | None) -> dict[str, Any] | None:
+    """:func:`summary` computed from the database at ``url``, as a dict; runs in the server's
+    background worker process (``api.offload.BackgroundWorker``, ``api.lines``)."""
+    from normfree.storage.db import Database
+
+    db = _WORKER_DBS.get(url)
+    if db is None:
+        db = _WORKER_DBS[url] = Database(url)
+    line = summary(_DbOnly(db), proxy=proxy, study_id=study_id)
+    return None if line is None else line.model_dump()
+
+
+def summary_anywhere(
+    state: Any, *, proxy: str | None = None, study_id: int | None = None
+) -> S.FidelitySummary | None:
+    """:func:`summary`, in the server's background worker process (``api.offload``) when there
+    is one and the database is one that process can open; else here."""
+    from normfree.api import offload
+
+    if _shared(state.db.url):
+        done, out = offload.in_background(
+            "normfree.api.fidelity:summary_dict",
+            state.db.url,
+            proxy,
+            study_id,
+            what="the fidelity line",
+            seconds=FIDELITY_SECONDS_FLOOR,
+        )
+        if done:
+            return None if out is None else S.FidelitySummary(**out)
+    return summary(state, proxy=proxy, study_id=study_id)
+
+
 def summary(
     state: Any, *, proxy: str | None = None, study_id: int | None = None
 ) -> S.FidelitySummary | None:
@@ -298,4 +331,6 @@ __all__ = [
     "report_dict",
     "report_off_loop",
     "summary",
+    "summary_anywhere",
+    "summary_dict",
 ]

@@ -6,7 +6,9 @@ trial moves the board) and, in a process that had not yet resolved the arms' nam
 a shift_h call is a few tenths of a second, a board has hundreds), took the first board after a
 start 10-25 s and every later one tens of ms under a writer (issue 27: first request < 1 s,
 live reads p99 < 50 ms). So a line is computed by one background thread, once per version of
-what it shows. A build shows the line of the *current* version if it is done within
+what it shows; in a server, that thread only waits for the server's background worker process
+(``api.offload.BackgroundWorker``), which computes it, so that its pure-Python report does not
+hold the GIL the readers need. A build shows the line of the *current* version if it is done within
 ``settings.fidelity_line_wait_s`` (a board's or study's first line) or
 ``fidelity_line_rewait_s`` (none by default: once an older line is done), else the latest line
 done (its ``cells`` say what it covers), and the board is built again when the current line is
@@ -219,7 +221,7 @@ def proxy_line(state: Any, proxy: str) -> Any:
     return LINES.line(
         proxy_target(state, proxy),
         version,
-        lambda: fidelity.summary(state, proxy=proxy),
+        lambda: fidelity.summary_anywhere(state, proxy=proxy),
         state.settings.fidelity_line_wait_s,
         state.settings.fidelity_line_rewait_s,
         state.settings.fidelity_line_spacing,
@@ -240,7 +242,7 @@ def study_line(state: Any, study_id: int) -> Any:
     return LINES.line(
         study_target(state, study_id),
         version,
-        lambda: fidelity.summary(state, study_id=study_id),
+        lambda: fidelity.summary_anywhere(state, study_id=study_id),
         state.settings.fidelity_line_wait_s,
         state.settings.fidelity_line_rewait_s,
         state.settings.fidelity_line_spacing,

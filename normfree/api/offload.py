@@ -45,7 +45,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -181,7 +181,7 @@ def _run_job(target: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
 class _Slot:
     """One worker process, started on demand; used by one thread at a time."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int | str) -> None:
         self.index = index
         self.process: Any = None
         self.conn: Connection | None = None
@@ -214,17 +214,16 @@ class _Slot:
                 self.kill()
                 self._start()
 
-    def _watch(self, pid: int, seconds: float, wait: float) -> str | None:
+    def _watch(self, conn: Connection, pid: int, seconds: float, wait: float) -> str | None:
         """Wait for the job's answer: None once it is there, ``"timeout"`` when the worker
         has used ``seconds`` of CPU on it (wall-clock where CPU time cannot be read), ``"busy"``
         when ``wait`` seconds have passed first. Checked every ``step``: a tenth of a second at
         most, so a 15 s limit holds within 1%, and a blocked thread's read of ``/proc`` ten
         times a second costs the server nothing it would notice."""
-        assert self.conn is not None
         t0 = time.monotonic()
         cpu0 = cpu_seconds(pid)
         step = max(0.005, min(0.1, seconds / 4))
-        while not self.conn.poll(step):
+        while not conn.poll(step):
             waited = time.monotonic() - t0
             cpu = cpu_seconds(pid) if cpu0 is not None else None
             used = waited if cpu is None or cpu0 is None else cpu - cpu0
@@ -253,15 +252,16 @@ class _Slot:
             self.ensure_started()
         except Exception as exc:
             return ("unavailable", f"{type(exc).__name__}: {exc}")
-        assert self.conn is not None and self.process is not None
+        conn, proc = self.conn, self.process  # a close() on another thread may clear them:
+        assert conn is not None and proc is not None  # the pipe then fails
         try:
-            self.conn.send((target, args))
-            over = self._watch(self.process.pid, seconds, wait or wait_limit(seconds))
+            conn.send((target, args))
+            over = self._watch(conn, proc.pid, seconds, wait or wait_limit(seconds))
             if over is not None:
                 self.kill()
                 self.replaced += 1
                 return (over,)
-            return self.conn.recv()
+            return conn.recv()
         except (EOFError, OSError) as exc:
             self.kill()
             self.replaced += 1
@@ -371,37 +371,8 @@ class OffloadPool:
         return self._unwrap(outcome, job)
 
     def _unwrap(self, outcome: tuple[Any, ...], job: _Job) -> Any:
-        kind = outcome[0]
-        if kind == "ok":
-            return outcome[1]
-        if kind == "api":
-            _, status, code, message, detail, headers = outcome
-            raise ApiError(status, code, message, detail, headers)
-        if kind == "timeout":
-            limit = job.seconds if job.seconds is not None else self.seconds
-            raise ApiError(
-                422,
-                "too_expensive",
-                f"{job.what} took longer than the server's limit of {limit:g} s to check; "
-                "simplify it",
-                {"reason": "time_limit", "seconds": limit},
-            )
-        if kind == "busy":
-            log.warning("offload job %s waited too long for a core", job.target)
-            raise ApiError(
-                503,
-                "unavailable",
-                f"the server was too busy to check {job.what} in time; retry later",
-                {"reason": "busy"},
-                headers={"Retry-After": str(max(1, math.ceil(self.seconds)))},
-            )
-        if kind == "unavailable":
-            log.error("offload worker unavailable: %s", outcome[1])
-            raise ApiError(503, "unavailable", "no worker process could start; retry later")
-        log.warning("offload job %s failed: %s", job.target, outcome[1])
-        raise ApiError(
-            422, "rejected", f"{job.what} could not be checked: {outcome[1]}", {"reason": "crash"}
-        )
+        seconds = job.seconds if job.seconds is not None else self.seconds
+        return unwrap(outcome, job.target, job.what, seconds)
 
     def _pump(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand queued jobs to idle workers, one client per turn."""
@@ -446,9 +417,137 @@ class OffloadPool:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def unwrap(outcome: tuple[Any, ...], target: str, what: str, seconds: float) -> Any:
+    """A job's value from its outcome (:func:`_run_job`), or the ApiError that says why not."""
+    kind = outcome[0]
+    if kind == "ok":
+        return outcome[1]
+    if kind == "api":
+        _, status, code, message, detail, headers = outcome
+        raise ApiError(status, code, message, detail, headers)
+    if kind == "timeout":
+        raise ApiError(
+            422,
+            "too_expensive",
+            f"{what} took longer than the server's limit of {seconds:g} s to check; simplify it",
+            {"reason": "time_limit", "seconds": seconds},
+        )
+    if kind == "busy":
+        log.warning("offload job %s waited too long for a core", target)
+        raise ApiError(
+            503,
+            "unavailable",
+            f"the server was too busy to check {what} in time; retry later",
+            {"reason": "busy"},
+            headers={"Retry-After": str(max(1, math.ceil(seconds)))},
+        )
+    if kind == "unavailable":
+        log.error("offload worker unavailable: %s", outcome[1])
+        raise ApiError(503, "unavailable", "no worker process could start; retry later")
+    log.warning("offload job %s failed: %s", target, outcome[1])
+    raise ApiError(
+        422, "rejected", f"{what} could not be checked: {outcome[1]}", {"reason": "crash"}
+    )
+
+
+class BackgroundWorker:
+    """One worker process for the server's own background computations (the fidelity lines),
+    apart from :class:`OffloadPool`'s parse workers, used by one thread at a time.
+
+    Why: a board's fidelity line is a report over every finished trial of its proxy (hundreds
+    of ms of pure Python at 10k trials); computed on a thread of the server it held the GIL
+    while 32 readers waited, which set the live reads' p99 under a writer (issue 27). Here the
+    server only unpickles the small answer. Apart from the parse pool, so that neither a flood
+    of parses delays the lines nor the lines take a client's turn.
+    """
+
+    def __init__(self) -> None:
+        self._slot = _Slot("background")
+        self._lock = threading.Lock()
+        self._closed = False
+        self.jobs: Counter[str] = Counter()  # jobs run, by target (tests read it)
+
+    def start(self) -> None:
+        """Start the process now, in the background (a server does at start)."""
+        threading.Thread(
+            target=self._start_quietly, name="normfree-background-start", daemon=True
+        ).start()
+
+    def _start_quietly(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._slot.ensure_started()
+            except Exception:  # the first job starts it again, and says why it cannot
+                log.warning("background worker did not start", exc_info=True)
+
+    def run(self, target: str, *args: Any, what: str, seconds: float) -> Any:
+        """``target(*args)`` in the worker (blocking); its value, or an ApiError saying why not."""
+        with self._lock:
+            if self._closed:
+                raise ApiError(503, "unavailable", "the server is shutting down")
+            outcome = self._slot.run(target, args, seconds)
+            if outcome[0] == "crash" and self._slot.process is None:
+                # the process had died (killed, out of memory) before or during the job: once
+                # more, in a fresh one, so that a lost worker loses no computation
+                outcome = self._slot.run(target, args, seconds)
+            self.jobs[target] += 1
+        return unwrap(outcome, target, what, seconds)
+
+    @property
+    def pid(self) -> int | None:
+        return self._slot.pid
+
+    def close(self) -> None:
+        self._closed = True
+        self._slot.kill()  # unlocked: a job in flight ends with its pipe ("crash")
+
+
+_BACKGROUND: BackgroundWorker | None = None
+
+
+def start_background() -> None:
+    """Give this process (a server) its background worker, starting now."""
+    global _BACKGROUND
+    if _BACKGROUND is None:
+        _BACKGROUND = BackgroundWorker()
+        _BACKGROUND.start()
+
+
+def close_background() -> None:
+    """Stop this process's background worker (the server is stopping)."""
+    global _BACKGROUND
+    worker, _BACKGROUND = _BACKGROUND, None
+    if worker is not None:
+        worker.close()
+
+
+def in_background(target: str, *args: Any, what: str, seconds: float) -> tuple[bool, Any]:
+    """(True, ``target(*args)``) computed in this process's background worker; (False, None)
+    when the process has none (an app built in a test's process) or the worker failed (logged),
+    so that the caller computes it here instead: a background computation is never lost."""
+    worker = _BACKGROUND
+    if worker is None:
+        return False, None
+    try:
+        return True, worker.run(target, *args, what=what, seconds=seconds)
+    except ApiError as exc:
+        log.warning("%s in the background worker failed (%s); computed here", what, exc.message)
+        return False, None
+
+
 def pool(request: Any) -> OffloadPool:
     """The app's pool (``create_app`` makes one per app)."""
     return request.app.state.offload
 
 
-__all__ = ["OffloadPool", "pool"]
+__all__ = [
+    "BackgroundWorker",
+    "OffloadPool",
+    "close_background",
+    "in_background",
+    "pool",
+    "start_background",
+    "unwrap",
+]

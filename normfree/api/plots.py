@@ -107,6 +107,16 @@ def to_div(fig: go.Figure, div_id: str, *, template: dict[str, Any] | None = Non
     )
 
 
+def warm() -> None:
+    """Take the figures' first-use costs now: plotly loads the validators of each layout and
+    trace property on its first use (seconds on a busy 2-core host, which the first board page
+    after a server's start paid; issue 27). A server calls this before it answers."""
+    row = {"candidate": "f", "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 2, "is_best": True}
+    to_div(leaderboard_figure([row], "accuracy"), "warm")
+    cell = {"candidate": "f", "value": 1.0, "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 2}
+    to_div(study_figure([cell], "accuracy", "shift"), "warm", template=resolved_template())
+
+
 def to_json(fig: go.Figure) -> str:
     """The figure as plotly JSON (a page's live refresh), its labels plain text as in
     :func:`to_div`."""

@@ -70,3 +70,45 @@ def test_lru_bound_and_gzip_once() -> None:
     assert cache.get((("f", 0), 0)) is None and cache.get((("f", 4), 0)) is not None
     entry = cache.get((("f", 4), 0))
     assert entry.gzipped() is entry.gzipped() and len(entry.gzipped()) < 100
+
+
+def test_a_hot_familys_reader_gets_the_previous_version_while_its_build_runs() -> None:
+    """Under a stream of writes no reader waits out a build (issue 27's live reads); a lone
+    write is still read back at once."""
+    cache = ResponseCache(stale_window_s=5.0, fresh_wait_s=0.05)
+    family = ("board", "p")
+    cache.get_or_build((family, 1), lambda: Cached(b"v1", "text/plain"))
+    # version 2 after a quiet spell: its reader waits for the build (read-your-writes)
+    assert cache.lookup((family, 2), lambda: Cached(b"v2", "text/plain"))[1].body == b"v2"
+    # the family just changed: it is hot, and version 3's slow build does not hold its reader
+    release = threading.Event()
+
+    def slow() -> Cached:
+        release.wait(5)
+        return Cached(b"v3", "text/plain")
+
+    t0 = time.monotonic()
+    served, value = cache.lookup((family, 3), slow)
+    assert (served, value.body) == ((family, 2), b"v2") and time.monotonic() - t0 < 2
+    # a second reader shares the build in flight (no second build), and also gets v2
+    assert cache.lookup((family, 3), lambda: Cached(b"never", "text/plain"))[1].body == b"v2"
+    release.set()
+    deadline = time.monotonic() + 5
+    while cache.get((family, 3)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.lookup((family, 3), slow) == ((family, 3), cache.get((family, 3)))
+    assert cache.get((family, 3)).body == b"v3"
+    # a build that fails in the background is raised to a reader that waits for it
+    cold = ResponseCache(stale_window_s=0.0)
+    cold.get_or_build((family, 1), lambda: Cached(b"v1", "text/plain"))
+    cold.get_or_build((family, 2), lambda: Cached(b"v2", "text/plain"))
+
+    def broken() -> Cached:
+        raise RuntimeError("build failed")
+
+    try:
+        cold.lookup((family, 3), broken)
+    except RuntimeError as exc:
+        assert "build failed" in str(exc)
+    else:
+        raise AssertionError("a failing build was not raised to its reader")

@@ -176,10 +176,35 @@ def _catalog_public() -> tuple[S.CandidatePublic, ...]:
     if _CATALOG is None:
         with _CATALOG_LOCK:
             if _CATALOG is None:
-                from normfree.search_space import catalog
+                from normfree.api import offload
 
-                _CATALOG = tuple(_candidate_public(c, source="catalog") for c in catalog.all())
+                # in a server, built by its background worker (seconds of sympy that would
+                # hold this process's GIL while the first requests wait; issue 27)
+                done, rows = offload.in_background(
+                    "normfree.api.services.candidates:catalog_public_rows",
+                    what="the catalog",
+                    seconds=_CATALOG_SECONDS,
+                )
+                if done:
+                    _CATALOG = tuple(S.CandidatePublic(**r) for r in rows)
+                else:
+                    _CATALOG = _build_catalog_public()
     return _CATALOG
+
+
+# The catalog's build in a worker: seconds, more on a busy host (not a hostile input).
+_CATALOG_SECONDS = 300.0
+
+
+def _build_catalog_public() -> tuple[S.CandidatePublic, ...]:
+    from normfree.search_space import catalog
+
+    return tuple(_candidate_public(c, source="catalog") for c in catalog.all())
+
+
+def catalog_public_rows() -> list[dict[str, Any]]:
+    """The catalog's public rows as dicts: what a server's background worker sends back."""
+    return [c.model_dump() for c in _build_catalog_public()]
 
 
 _PARSE_CACHE_SIZE = 1024

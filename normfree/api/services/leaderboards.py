@@ -44,7 +44,18 @@ def _enrich(row: Mapping[str, Any], *, wait: bool = True) -> tuple[Any, Any]:
 
 
 def _catalog_info(name: str) -> tuple[str, dict[str, Any]] | None:
-    """(group, properties) of a catalog name or transform call (50-200 ms of sympy)."""
+    """(group, properties) of a catalog name or transform call (50-200 ms of sympy): in a
+    server, analysed by its background worker process, whose sympy does not hold the GIL the
+    server's requests need (issue 27); else here."""
+    from normfree.api import offload
+
+    done, info = offload.in_background(
+        "normfree.api.services.leaderboards:describe", name, what="the analysis", seconds=60.0
+    )
+    return info if done else describe(name)
+
+
+def describe(name: str) -> tuple[str, dict[str, Any]] | None:
     from normfree.search_space import catalog
 
     return catalog.describe(name)

@@ -85,7 +85,10 @@ class ServiceState:
                 runner = RayJobRunner(settings)
             else:
                 runner = StudyRunner(settings)
-        return cls(settings=settings, store=store, runner=runner, prescreen=prescreen)
+        cache = ResponseCache(
+            stale_window_s=settings.read_stale_window_s, fresh_wait_s=settings.read_fresh_wait_s
+        )
+        return cls(settings=settings, store=store, runner=runner, prescreen=prescreen, cache=cache)
 
     @property
     def repo(self) -> RepositoryLike:

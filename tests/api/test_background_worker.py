@@ -1,0 +1,82 @@
+"""Issue 27, point 1: a server's own background computations run in its background worker.
+
+The fidelity lines, the catalog's public rows and the arms' function analyses are seconds of
+pure Python and sympy; on the server's threads they held the GIL while the first requests after a
+start and every reader under a writer waited. In a server they come from one worker process
+(``api.offload.BackgroundWorker``); these tests check they are the values the server would have
+computed itself, that a killed worker is replaced, and that without a worker (an app built in a
+test's process) they are computed in the process as before.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from normfree.api import fidelity, offload
+from normfree.api.services import candidates, leaderboards
+from normfree.testing.seeding import seed_property_study
+
+
+@pytest.fixture
+def background() -> Iterator[offload.BackgroundWorker]:
+    offload.start_background()
+    worker = offload._BACKGROUND
+    assert worker is not None
+    try:
+        yield worker
+    finally:
+        offload.close_background()
+
+
+def test_lines_catalog_and_analyses_come_from_the_worker_unchanged(
+    make_api: Any, sqlite_database_url: str, background: offload.BackgroundWorker
+) -> None:
+    api = make_api(sqlite_database_url, prescreen=False)
+    state = api.app.state.services
+    sid = seed_property_study(api.settings).study_id
+    lines = background.jobs["normfree.api.fidelity:summary_dict"]
+    line = fidelity.summary_anywhere(state, study_id=sid)
+    assert background.jobs["normfree.api.fidelity:summary_dict"] == lines + 1
+    assert line == fidelity.summary(state, study_id=sid)
+    assert line is not None and line.url.endswith(f"study_id={sid}")
+    # an analysis of a transform call: the worker's is the process's own
+    assert leaderboards._catalog_info("shift_h(erf, 0.25)") == leaderboards.describe(
+        "shift_h(erf, 0.25)"
+    )
+    assert background.jobs["normfree.api.services.leaderboards:describe"] >= 1
+    rows = candidates.catalog_public_rows()
+    done, from_worker = offload.in_background(
+        "normfree.api.services.candidates:catalog_public_rows", what="the catalog", seconds=300
+    )
+    assert done and from_worker == rows and len(rows) >= 16
+
+
+def test_a_killed_background_worker_is_replaced(
+    make_api: Any, sqlite_database_url: str, background: offload.BackgroundWorker
+) -> None:
+    api = make_api(sqlite_database_url, prescreen=False)
+    state = api.app.state.services
+    sid = seed_property_study(api.settings).study_id
+    assert fidelity.summary_anywhere(state, study_id=sid) is not None
+    first = background.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    # the next computation notices the dead process and starts a fresh one
+    assert fidelity.summary_anywhere(state, study_id=sid) == fidelity.summary(state, study_id=sid)
+    assert background.pid not in (None, first)
+
+
+def test_without_a_worker_the_process_computes_them(
+    make_api: Any, sqlite_database_url: str
+) -> None:
+    assert offload._BACKGROUND is None  # an app built in a test's process starts none
+    api = make_api(sqlite_database_url, prescreen=False)
+    state = api.app.state.services
+    sid = seed_property_study(api.settings).study_id
+    assert offload.in_background("os:getpid", what="a pid", seconds=5) == (False, None)
+    assert fidelity.summary_anywhere(state, study_id=sid) == fidelity.summary(state, study_id=sid)

@@ -129,7 +129,8 @@ class Settings(BaseSettings):
     # Formula parses, reference imports and study checks run in this many worker processes
     # (api.offload): sympy holds the GIL, so threads would stall every other request.
     offload_workers: int = Field(default=2, ge=1, le=32)
-    # One such job may run this long; longer is refused (422) and its worker replaced.
+    # One such job may use this much CPU time (its worker runs only when a core would idle, so
+    # waiting for one is not counted); more is refused (422) and its worker replaced.
     offload_seconds: float = Field(default=15.0, gt=0, le=600)
     # A study's check and its plan: every cell's function resolved (seconds of sympy per new
     # formula) and up to 2,000 trials written, so a whole study gets longer than one formula.

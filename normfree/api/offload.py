@@ -12,12 +12,19 @@ How it stays fair and bounded (:class:`OffloadPool`):
   over it the answer is 429 with ``Retry-After``; clients take turns, one job per turn (the
   client served least recently first), so one client's flood never delays another client's
   request by more than one job per worker;
-- **a hard time limit per job** (``NORMFREE_OFFLOAD_SECONDS``, counted from the moment a worker
-  takes the job, never its queueing): a job that takes longer is refused with 422 and the reason,
-  and its worker process is killed and replaced (the next job waits for a fresh worker's start,
-  not counted against its limit);
-- workers run at a lower CPU priority (``nice`` +10): on a small machine the server's answers
-  to every other client come before a parse;
+- **a hard time limit per job** (``NORMFREE_OFFLOAD_SECONDS`` of the worker's CPU time, counted
+  from the moment a worker takes the job, never its queueing): a job that takes longer is
+  refused with 422 and the reason, and its worker process is killed and replaced (the next job
+  waits for a fresh worker's start, not counted against its limit). CPU time, not wall-clock,
+  because workers run only when a core is idle (below): on a busy host a parse waits for a core
+  without being charged for the wait. A job that has waited :data:`WAIT_FACTOR` times its limit
+  (at least :data:`MIN_WAIT_SECONDS`) is answered 503 (busy, retry) and its worker replaced;
+- workers run at the idle scheduling class (``SCHED_IDLE``, Linux; elsewhere ``nice`` +10):
+  any other runnable task, the server's event loop first, takes the CPU from a parse at once.
+  ``nice`` +10 was not enough: with 32 readers keeping the loop busy on 2 cores, two niced
+  parses still took a tenth of the CPU each and the loop waited for its turn (``/api/health``
+  p99 79 ms and max 102 ms while parses ran, 28 and 33 ms with ``SCHED_IDLE``, 31 and 48 ms
+  without parses; bench/results/hostile-quick.md);
 - workers start on first use (a test app that never parses never spawns one), import the
   parser once, and exit with the server (or when it dies: their pipe closes).
 
@@ -48,8 +55,13 @@ from normfree.api.errors import ApiError
 
 log = logging.getLogger(__name__)
 
-# Added to a worker's niceness (lower CPU priority than the server's own process).
+# Added to a worker's niceness where the idle scheduling class is not available.
 WORKER_NICENESS = 10
+# A job that has waited this many times its CPU-time limit (and at least MIN_WAIT_SECONDS)
+# without finishing is answered 503: the host had no idle core for it (a saturated machine,
+# training on every core), which is not the formula's fault.
+WAIT_FACTOR = 4.0
+MIN_WAIT_SECONDS = 30.0
 # A worker that has not said "ready" in this long is killed and its job refused with 503.
 _START_SECONDS = 120.0
 # What a worker does before it says ready, so that no job pays for it (against its time
@@ -70,8 +82,7 @@ def _worker_main(conn: Connection) -> None:
     exit_with_parent()
     # Background work: when parses and the server want the same cores, the server's answers
     # (every other client's reads) go first.
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)
+    background_priority()
     warm_up()
     conn.send(("ready",))
     while True:
@@ -80,6 +91,30 @@ def _worker_main(conn: Connection) -> None:
         except (EOFError, OSError):
             return
         conn.send(_run_job(target, args))
+
+
+def background_priority() -> None:
+    """Run this process only when a core would otherwise idle (``SCHED_IDLE``); where that
+    class is missing (not Linux), at ``nice`` +10. Its time limit counts CPU time, so waiting
+    for a core costs a job nothing (:meth:`_Slot.run`)."""
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)  # kept if the class below is refused
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) process ``pid`` has used, from ``/proc`` (Linux); None where it
+    cannot be read (another system, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def exit_with_parent() -> None:
@@ -179,6 +214,25 @@ class _Slot:
                 self.kill()
                 self._start()
 
+    def _watch(self, conn: Connection, pid: int, seconds: float, wait: float) -> str | None:
+        """Wait for the job's answer: None once it is there, ``"timeout"`` when the worker
+        has used ``seconds`` of CPU on it (wall-clock where CPU time cannot be read), ``"busy"``
+        when ``wait`` seconds have passed first. Checked every ``step``: a tenth of a second at
+        most, so a 15 s limit holds within 1%, and a blocked thread's read of ``/proc`` ten
+        times a second costs the server nothing it would notice."""
+        t0 = time.monotonic()
+        cpu0 = cpu_seconds(pid)
+        step = max(0.005, min(0.1, seconds / 4))
+        while not conn.poll(step):
+            waited = time.monotonic() - t0
+            cpu = cpu_seconds(pid) if cpu0 is not None else None
+            used = waited if cpu is None or cpu0 is None else cpu - cpu0
+            if used >= seconds:
+                return "timeout"
+            if waited >= wait:
+                return "busy"
+        return None
+
     def kill(self) -> None:
         proc, conn = self.process, self.conn
         self.process = self.conn = None
@@ -188,26 +242,35 @@ class _Slot:
             proc.kill()
             proc.join(5)
 
-    def run(self, target: str, args: tuple[Any, ...], seconds: float) -> tuple[Any, ...]:
-        """Blocking: the job's outcome, ``("timeout",)`` after ``seconds`` (the process is
-        killed; the next job starts a fresh one) or ``("crash", text)``."""
+    def run(
+        self, target: str, args: tuple[Any, ...], seconds: float, wait: float | None = None
+    ) -> tuple[Any, ...]:
+        """Blocking: the job's outcome, ``("timeout",)`` once it has used ``seconds`` of CPU,
+        ``("busy",)`` once it has waited ``wait`` seconds (default: :func:`wait_limit`) (the
+        process is killed in both; the next job starts a fresh one) or ``("crash", text)``."""
         try:
             self.ensure_started()
         except Exception as exc:
             return ("unavailable", f"{type(exc).__name__}: {exc}")
-        conn = self.conn  # a close() on another thread may clear it: the pipe then fails
-        assert conn is not None
+        conn, proc = self.conn, self.process  # a close() on another thread may clear them:
+        assert conn is not None and proc is not None  # the pipe then fails
         try:
             conn.send((target, args))
-            if not conn.poll(seconds):
+            over = self._watch(conn, proc.pid, seconds, wait or wait_limit(seconds))
+            if over is not None:
                 self.kill()
                 self.replaced += 1
-                return ("timeout",)
+                return (over,)
             return conn.recv()
         except (EOFError, OSError) as exc:
             self.kill()
             self.replaced += 1
             return ("crash", f"the worker process died ({type(exc).__name__})")
+
+
+def wait_limit(seconds: float) -> float:
+    """How long a job with a CPU-time limit of ``seconds`` may wait for its answer in all."""
+    return max(WAIT_FACTOR * seconds, MIN_WAIT_SECONDS)
 
 
 @dataclass
@@ -223,8 +286,15 @@ class _Job:
 class OffloadPool:
     """Worker processes behind per-client round-robin queues (see the module docstring)."""
 
-    def __init__(self, workers: int = 2, seconds: float = 15.0, per_client: int = 4) -> None:
-        self.seconds = seconds
+    def __init__(
+        self,
+        workers: int = 2,
+        seconds: float = 15.0,
+        per_client: int = 4,
+        wait: float | None = None,
+    ) -> None:
+        self.seconds = seconds  # CPU time a job may use
+        self.wait = wait  # how long a job may wait in all (None: wait_limit of its seconds)
         self.per_client = per_client
         self.slots = [_Slot(i) for i in range(workers)]
         self._idle = list(self.slots)
@@ -327,7 +397,7 @@ class OffloadPool:
         seconds = job.seconds if job.seconds is not None else self.seconds
         try:
             outcome = await loop.run_in_executor(
-                self._executor, slot.run, job.target, job.args, seconds
+                self._executor, slot.run, job.target, job.args, seconds, self.wait
             )
         except BaseException as exc:  # the executor is gone (shutdown): answer, never hang
             outcome = ("unavailable", f"{type(exc).__name__}: {exc}")
@@ -361,6 +431,15 @@ def unwrap(outcome: tuple[Any, ...], target: str, what: str, seconds: float) -> 
             "too_expensive",
             f"{what} took longer than the server's limit of {seconds:g} s to check; simplify it",
             {"reason": "time_limit", "seconds": seconds},
+        )
+    if kind == "busy":
+        log.warning("offload job %s waited too long for a core", target)
+        raise ApiError(
+            503,
+            "unavailable",
+            f"the server was too busy to check {what} in time; retry later",
+            {"reason": "busy"},
+            headers={"Retry-After": str(max(1, math.ceil(seconds)))},
         )
     if kind == "unavailable":
         log.error("offload worker unavailable: %s", outcome[1])

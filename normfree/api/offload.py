@@ -74,15 +74,18 @@ _WARM_UP: tuple[tuple[str, tuple[Any, ...]], ...] = (
 )
 
 
-def _worker_main(conn: Connection) -> None:
-    """A worker process: warm up, say ready, then run one job at a time until the pipe closes."""
+def _worker_main(conn: Connection, idle: bool = True) -> None:
+    """A worker process: warm up, say ready, then run one job at a time until the pipe closes.
+    ``idle``: at the idle scheduling class (a parse worker), else only niced (the server's
+    background worker: its lines and analyses are the server's own pages, which a host busy
+    training on every core must not starve)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's to handle
     exit_with_parent()
     # Background work: when parses and the server want the same cores, the server's answers
     # (every other client's reads) go first.
-    background_priority()
+    background_priority(idle)
     warm_up()
     conn.send(("ready",))
     while True:
@@ -93,12 +96,14 @@ def _worker_main(conn: Connection) -> None:
         conn.send(_run_job(target, args))
 
 
-def background_priority() -> None:
+def background_priority(idle: bool = True) -> None:
     """Run this process only when a core would otherwise idle (``SCHED_IDLE``); where that
-    class is missing (not Linux), at ``nice`` +10. Its time limit counts CPU time, so waiting
-    for a core costs a job nothing (:meth:`_Slot.run`)."""
+    class is missing (not Linux), or with ``idle=False``, at ``nice`` +10. Its time limit counts
+    CPU time, so waiting for a core costs a job nothing (:meth:`_Slot.run`)."""
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)  # kept if the class below is refused
+    if not idle:
+        return
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
@@ -181,8 +186,9 @@ def _run_job(target: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
 class _Slot:
     """One worker process, started on demand; used by one thread at a time."""
 
-    def __init__(self, index: int | str) -> None:
+    def __init__(self, index: int | str, *, idle: bool = True) -> None:
         self.index = index
+        self.idle = idle  # the worker's scheduling (_worker_main)
         self.process: Any = None
         self.conn: Connection | None = None
         self.replaced = 0  # how many times this slot's process was killed (tests read it)
@@ -198,7 +204,10 @@ class _Slot:
         ctx = _context()
         parent, child = ctx.Pipe()
         proc = ctx.Process(
-            target=_worker_main, args=(child,), name=f"normfree-offload-{self.index}", daemon=True
+            target=_worker_main,
+            args=(child, self.idle),
+            name=f"normfree-offload-{self.index}",
+            daemon=True,
         )
         proc.start()
         child.close()
@@ -462,7 +471,7 @@ class BackgroundWorker:
     """
 
     def __init__(self) -> None:
-        self._slot = _Slot("background")
+        self._slot = _Slot("background", idle=False)
         self._lock = threading.Lock()
         self._closed = False
         self.jobs: Counter[str] = Counter()  # jobs run, by target (tests read it)

@@ -44,6 +44,11 @@ def test_lines_catalog_and_analyses_come_from_the_worker_unchanged(
     assert background.jobs["normfree.api.fidelity:summary_dict"] == lines + 1
     assert line == fidelity.summary(state, study_id=sid)
     assert line is not None and line.url.endswith(f"study_id={sid}")
+    # niced, not at the idle class of the parse workers: a host training on every core must
+    # not starve the server's own pages
+    pid = background.pid
+    assert pid is not None and os.sched_getscheduler(pid) != os.SCHED_IDLE
+    assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0) + 1
     # an analysis of a transform call: the worker's is the process's own
     assert leaderboards._catalog_info("shift_h(erf, 0.25)") == leaderboards.describe(
         "shift_h(erf, 0.25)"

@@ -163,3 +163,17 @@ def test_half_scores_are_the_means_of_completed_seeds_and_tie_exactly() -> None:
     assert got[0, 2] == -math.inf  # two of its three seeds there failed
     assert got[1, 2] == pytest.approx(-0.5)  # one failed, one completed: the completed one
     assert math.isnan(got[0, 3]) and got[1, 3] == pytest.approx(-0.7)
+
+
+@pytest.mark.parametrize(("a", "b"), [(1, 2), (2, 3), (3, 4), (1, 4)])
+def test_the_single_seed_reliability_of_unequal_halves_solves_the_model(a: int, b: int) -> None:
+    """Halves of a and b seeds correlate at sqrt(R(a) R(b)): the single-seed rho found for a
+    correlation r gives back r under the classical model."""
+    from normfree.fidelity.reliability import _single_seed
+
+    for r in (0.01, 0.3, 0.5, 0.77, 0.99):
+        rho = _single_seed(r, a, b)
+        assert 0 < rho < 1
+        assert math.sqrt(spearman_brown(rho, a) * spearman_brown(rho, b)) == pytest.approx(
+            r, abs=1e-12
+        )

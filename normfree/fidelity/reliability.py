@@ -262,8 +262,8 @@ def rank_reliability(
     low = high = None
     if bootstrap > 0:
         cols = np.flatnonzero(used)
-        # the same draws as one resample at a time (one integers() stream), all at once
-        picks = np.stack([rng.choice(len(cols), len(cols), replace=True) for _ in range(bootstrap)])
+        # the draws of one rng.choice(k, k) per resample, in one call (the same stream)
+        picks = rng.integers(0, len(cols), size=(bootstrap, len(cols)))
         drawn = np.zeros((bootstrap, len(cols)))
         np.add.at(drawn, (np.arange(bootstrap)[:, None], picks), 1.0)
         corr = _split_spearman(ha[:, cols], hb[:, cols], drawn)

@@ -76,9 +76,18 @@ def freeze_long_lived() -> None:
     frozen is never collected, right for a server's catalog, wrong for a test process that
     builds an app per test.
     """
+    global _FROZEN_ONCE
     if FREEZE_HEAP.is_set():
-        gc.collect()
+        # one full collection before the first freeze; later (every batch of analyses, the
+        # first seconds after a start) only the young generations: a full one walked every
+        # unfrozen object with the GIL held, tenths of a second each time the first requests
+        # waited for (issue 27), and what survives it young is as long-lived as the rest
+        gc.collect() if not _FROZEN_ONCE else gc.collect(1)
         gc.freeze()
+        _FROZEN_ONCE = True
+
+
+_FROZEN_ONCE = False
 
 
 ENRICHER = Enricher(_catalog_info, on_idle=freeze_long_lived)

@@ -56,6 +56,7 @@ class FidelityLines:
         self._shown_old: set[tuple[Target, Hashable]] = set()
         self._not_before: dict[Target, float] = {}
         self._spacing: dict[Target, float] = {}  # as the last caller of :meth:`line` asked
+        self._waited: set[Target] = set()  # targets whose first line a build waited for
         self._settled = False  # the first line's long-lived leftovers frozen (_settle)
         self.epoch = 0  # every line done (the fast lane's stamp)
 
@@ -74,8 +75,13 @@ class FidelityLines:
         with self._lock:
             self._spacing[target] = spacing
             done = self._done.get(target)
-            if done is not None and rewait_s is not None:
+            if rewait_s is not None and (done is not None or target in self._waited):
+                # a target's first line is waited for once: while it is still being computed
+                # (a server's first seconds, its background worker busy with the catalog and
+                # the analyses), every later build of a new version shows none at once instead
+                # of waiting again (each commit of a writer moved the board: 0.25 s per build)
                 wait_s = rewait_s
+            self._waited.add(target)
             if done is not None and done[0] == version:
                 return done[1]
             wanted = self._wanted.get(target)
@@ -173,6 +179,7 @@ class FidelityLines:
     def clear(self) -> None:
         with self._lock:
             self._done.clear()
+            self._waited.clear()
 
 
 def _settle() -> None:

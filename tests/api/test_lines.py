@@ -69,6 +69,31 @@ def test_a_line_is_computed_once_per_version_and_never_waited_for_past_the_limit
     assert lines.line(target, 3, broken, wait_s=0) == "line 4"  # one that does not: the latest
 
 
+def test_a_targets_first_line_is_waited_for_once() -> None:
+    """While a target's first line computes (a server's first seconds), only the first build
+    waits ``wait_s`` for it; later builds of newer versions show none at once."""
+    lines = FidelityLines()
+    release = threading.Event()
+
+    def slow() -> str:
+        release.wait(10)
+        return "line"
+
+    target = ("proxy", ("db", "first"))
+    t0 = time.perf_counter()
+    assert lines.line(target, 1, slow, wait_s=0.5, rewait_s=0) is None
+    assert time.perf_counter() - t0 >= 0.45  # the first build waited
+    t0 = time.perf_counter()
+    assert lines.line(target, 2, slow, wait_s=0.5, rewait_s=0) is None
+    assert lines.line(target, 3, slow, wait_s=0.5, rewait_s=0) is None
+    assert time.perf_counter() - t0 < 0.3  # the next ones did not
+    release.set()
+    _until(lambda: lines.line(target, 3, slow, wait_s=0, rewait_s=0) == "line")
+    # without rewait_s (the test suite's exact waits), every build waits as asked
+    other = ("proxy", ("db", "exact"))
+    assert lines.line(other, 1, lambda: "exact 1", wait_s=10) == "exact 1"
+
+
 def test_the_next_line_waits_spacing_times_the_last_ones_cost() -> None:
     """A server spaces a target's lines (``fidelity_line_spacing``, 9x): the next one starts no
     sooner than that multiple of the last one's cost; 0 (the test suite) starts it at once."""

@@ -204,15 +204,19 @@ def report_dict(
     """The report as :func:`report` answers it, computed from the database at ``url``; runs in
     a worker process (``api.offload``): the bootstrap and the trial reads are CPU seconds that
     would otherwise hold the server's GIL while every other request waits (issue 28)."""
+    return report(
+        _worker_state(url), proxy=proxy, study_id=study_id, reference=reference, n_boot=n_boot
+    ).model_dump()
+
+
+def _worker_state(url: str) -> _DbOnly:
+    """The worker process's state for the database at ``url`` (its engine made once)."""
     from normfree.storage.db import Database
 
     db = _WORKER_DBS.get(url)
     if db is None:
         db = _WORKER_DBS[url] = Database(url)
-    state = _DbOnly(db)
-    return report(
-        state, proxy=proxy, study_id=study_id, reference=reference, n_boot=n_boot
-    ).model_dump()
+    return _DbOnly(db)
 
 
 class _DbOnly:
@@ -266,12 +270,7 @@ async def report_off_loop(
 def summary_dict(url: str, proxy: str | None, study_id: int | None) -> dict[str, Any] | None:
     """:func:`summary` computed from the database at ``url``, as a dict; runs in the server's
     background worker process (``api.offload.BackgroundWorker``, ``api.lines``)."""
-    from normfree.storage.db import Database
-
-    db = _WORKER_DBS.get(url)
-    if db is None:
-        db = _WORKER_DBS[url] = Database(url)
-    line = summary(_DbOnly(db), proxy=proxy, study_id=study_id)
+    line = summary(_worker_state(url), proxy=proxy, study_id=study_id)
     return None if line is None else line.model_dump()
 
 

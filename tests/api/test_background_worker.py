@@ -33,12 +33,17 @@ def background() -> Iterator[offload.BackgroundWorker]:
         offload.close_background()
 
 
-def test_lines_catalog_and_analyses_come_from_the_worker_unchanged(
-    make_api: Any, sqlite_database_url: str, background: offload.BackgroundWorker
-) -> None:
+@pytest.fixture
+def seeded(make_api: Any, sqlite_database_url: str) -> tuple[Any, int]:
+    """An app's service state (built in this process) and a finished property study's id."""
     api = make_api(sqlite_database_url, prescreen=False)
-    state = api.app.state.services
-    sid = seed_property_study(api.settings).study_id
+    return api.app.state.services, seed_property_study(api.settings).study_id
+
+
+def test_lines_catalog_and_analyses_come_from_the_worker_unchanged(
+    background: offload.BackgroundWorker, seeded: tuple[Any, int]
+) -> None:
+    state, sid = seeded
     lines = background.jobs["normfree.api.fidelity:summary_dict"]
     line = fidelity.summary_anywhere(state, study_id=sid)
     assert background.jobs["normfree.api.fidelity:summary_dict"] == lines + 1
@@ -62,11 +67,9 @@ def test_lines_catalog_and_analyses_come_from_the_worker_unchanged(
 
 
 def test_a_killed_background_worker_is_replaced(
-    make_api: Any, sqlite_database_url: str, background: offload.BackgroundWorker
+    background: offload.BackgroundWorker, seeded: tuple[Any, int]
 ) -> None:
-    api = make_api(sqlite_database_url, prescreen=False)
-    state = api.app.state.services
-    sid = seed_property_study(api.settings).study_id
+    state, sid = seeded
     assert fidelity.summary_anywhere(state, study_id=sid) is not None
     first = background.pid
     assert first is not None
@@ -76,12 +79,8 @@ def test_a_killed_background_worker_is_replaced(
     assert background.pid not in (None, first)
 
 
-def test_without_a_worker_the_process_computes_them(
-    make_api: Any, sqlite_database_url: str
-) -> None:
+def test_without_a_worker_the_process_computes_them(seeded: tuple[Any, int]) -> None:
     assert offload._BACKGROUND is None  # an app built in a test's process starts none
-    api = make_api(sqlite_database_url, prescreen=False)
-    state = api.app.state.services
-    sid = seed_property_study(api.settings).study_id
+    state, sid = seeded
     assert offload.in_background("os:getpid", what="a pid", seconds=5) == (False, None)
     assert fidelity.summary_anywhere(state, study_id=sid) == fidelity.summary(state, study_id=sid)

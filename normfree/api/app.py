@@ -127,7 +127,8 @@ def create_app(
             app.state.offload.start()
             # the catalog, the function analyses and the fidelity lines are computed there
             offload.start_background()
-        # Build the catalog (sympy, seconds) while the server is idle, not in the first request.
+        # The catalog and the analyses (sympy, seconds) before the first request needs them:
+        # fetched from the background worker in a server, built here otherwise.
         threading.Thread(
             target=_warm_up, args=(state, freeze_heap), name="normfree-warm-up", daemon=True
         ).start()

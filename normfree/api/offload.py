@@ -460,8 +460,9 @@ def unwrap(outcome: tuple[Any, ...], target: str, what: str, seconds: float) -> 
 
 
 class BackgroundWorker:
-    """One worker process for the server's own background computations (the fidelity lines),
-    apart from :class:`OffloadPool`'s parse workers, used by one thread at a time.
+    """One worker process for the server's own background computations (the fidelity lines,
+    the catalog's public rows, the arms' function analyses), apart from :class:`OffloadPool`'s
+    parse workers, used by one thread at a time.
 
     Why: a board's fidelity line is a report over every finished trial of its proxy (hundreds
     of ms of pure Python at 10k trials); computed on a thread of the server it held the GIL

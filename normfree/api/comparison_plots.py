@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import plotly.graph_objects as go
-
 from normfree.api.compare import mean_curve, metric_value
+from normfree.api.figure import Figure, Trace, bar, scatter
 from normfree.api.plots import BARE_LAYOUT, DIVERGED_COLOR, PALETTE
 
 __all__ = ["compare_figure", "history_figure", "pruning_figure"]
@@ -49,10 +48,10 @@ def _curve(
     width: int | None = None,
     mode: str = "lines+markers",
     **more: Any,
-) -> go.Scatter:
+) -> Trace:
     """One curve of values by epoch in ``color`` (``width``: the line's, in pixels)."""
     line = {"color": color} if width is None else {"color": color, "width": width}
-    return go.Scatter(x=x, y=y, mode=mode, line=line, name=name, **more)
+    return scatter(x=x, y=y, mode=mode, line=line, name=name, **more)
 
 
 def _points(
@@ -62,21 +61,21 @@ def _points(
     name: str,
     text: list[str],
     **marker: Any,
-) -> go.Scatter:
+) -> Trace:
     """``trials`` as markers of their ``value`` in ask order, in the colour of ``status``."""
-    return go.Scatter(
+    return scatter(
         x=[t["order"] for t in trials], y=[t[value] for t in trials], mode="markers",
         marker={"color": STATUS_COLORS[status], "size": 9, **marker}, name=name, text=text,
         hovertemplate="trial %{x}: %{text}<br>%{y:.4g}<extra></extra>",
     )  # fmt: skip
 
 
-def compare_figure(comparison: Mapping[str, Any]) -> go.Figure:
+def compare_figure(comparison: Mapping[str, Any]) -> Figure:
     """One metric of every chosen trial on one plot. Trials: one line each. Arms: each arm's
     mean per epoch, bold, over its seeds drawn thin in the same colour."""
     metric = comparison.get("metric") or "train_loss"
     trials = comparison.get("trials") or []
-    fig = go.Figure()
+    fig = Figure()
     if comparison.get("mode") == "arms":
         by_id = {t["id"]: t for t in trials}
         for i, arm in enumerate(comparison.get("arms") or []):
@@ -115,12 +114,12 @@ def compare_figure(comparison: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
-def history_figure(view: Mapping[str, Any]) -> go.Figure:
+def history_figure(view: Mapping[str, Any]) -> Figure:
     """Optimisation history: each completed trial's objective in ask order, the best so far as
     a step line, and pruned trials at the last value they reported."""
     trials = view.get("trials") or []
     objective = view.get("objective") or "objective"
-    fig = go.Figure()
+    fig = Figure()
     done = [t for t in trials if t.get("value") is not None]
     fig.add_trace(_points(done, "value", "COMPLETE", "complete", [t["arm"] for t in done]))
     pruned = [t for t in trials if t["status"] == "PRUNED" and t.get("last_value") is not None]
@@ -132,7 +131,7 @@ def history_figure(view: Mapping[str, Any]) -> go.Figure:
     best = [(t["order"], t["best_so_far"]) for t in trials if t.get("best_so_far") is not None]
     if best:
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=[b[0] for b in best],
                 y=[b[1] for b in best],
                 mode="lines",
@@ -149,17 +148,17 @@ def history_figure(view: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
-def pruning_figure(trials: Sequence[Mapping[str, Any]]) -> go.Figure:
+def pruning_figure(trials: Sequence[Mapping[str, Any]]) -> Figure:
     """Pruning timeline: one row per trial that ran, a bar over the epochs it ran, coloured by
     how it ended; a pruned trial's bar ends at the epoch its pruner stopped it."""
     ran = [t for t in trials if t.get("epochs_run")]
-    fig = go.Figure()
+    fig = Figure()
     for status in STATUS_COLORS:
         group = [t for t in ran if t["status"] == status]
         if not group:
             continue
         fig.add_trace(
-            go.Bar(
+            bar(
                 x=[t["epochs_run"] for t in group],
                 y=[f"{t['order']}: {t['arm']}" for t in group],
                 orientation="h",

@@ -14,9 +14,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.subplots import make_subplots
+
+from normfree.api.figure import Figure, bar, scatter
 
 # One colour per base function / layer, stable across pages (plotly's default qualitative set).
 PALETTE = (
@@ -76,22 +76,29 @@ def _plain_strings(value: Any, key: str = "") -> Any:
     return value
 
 
-def plain_figure(fig: go.Figure) -> dict[str, Any]:
+def plain_figure(fig: Figure) -> dict[str, Any]:
     """The figure as plotly's dict with every label plain text: the one way a figure leaves
     this module for a page (:func:`to_div`, :func:`to_json`)."""
-    return _plain_strings(fig.to_plotly_json())
+    data = _plain_strings(fig.to_plotly_json())
+    layout = data.get("layout") or {}
+    if isinstance(layout.get("template"), str):  # a theme by name: plotly.js knows none
+        layout["template"] = _template(layout["template"])
+    return data
 
 
 @functools.cache
+def _template(name: str) -> dict[str, Any]:
+    """A plotly theme as plotly.js reads it, resolved once per process."""
+    return pio.templates[name].to_plotly_json()
+
+
 def resolved_template() -> dict[str, Any]:
-    """The theme of :data:`_LAYOUT` as plotly's dict, resolved once per process. A figure built
-    with :data:`BARE_LAYOUT` gets it in :func:`to_div` (``template=``): naming the theme in a
-    figure makes plotly look it up and validate it into every figure built (two thirds of a
-    comparison figure's build)."""
-    return pio.templates[_LAYOUT["template"]].to_plotly_json()
+    """The theme of :data:`_LAYOUT` as plotly's dict (for ``to_div(..., template=)`` of a
+    figure built with :data:`BARE_LAYOUT`)."""
+    return _template(_LAYOUT["template"])
 
 
-def to_div(fig: go.Figure, div_id: str, *, template: dict[str, Any] | None = None) -> str:
+def to_div(fig: Figure, div_id: str, *, template: dict[str, Any] | None = None) -> str:
     """The figure as a <div> plus the script that draws it (plotly.js loaded by the page);
     ``template``: a theme already resolved (:func:`resolved_template`) set on its layout."""
     data = plain_figure(fig)
@@ -108,16 +115,16 @@ def to_div(fig: go.Figure, div_id: str, *, template: dict[str, Any] | None = Non
 
 
 def warm() -> None:
-    """Take the figures' first-use costs now: plotly loads the validators of each layout and
-    trace property on its first use (seconds on a busy 2-core host, which the first board page
-    after a server's start paid; issue 27). A server calls this before it answers."""
+    """Take the figures' first-use costs now: the theme's resolution (plotly builds it from its
+    graph objects) and plotly.io's JSON encoder, which the first board page after a server's
+    start paid (issue 27). A server calls this before it answers."""
     row = {"candidate": "f", "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 2, "is_best": True}
     to_div(leaderboard_figure([row], "accuracy"), "warm")
     cell = {"candidate": "f", "value": 1.0, "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 2}
     to_div(study_figure([cell], "accuracy", "shift"), "warm", template=resolved_template())
 
 
-def to_json(fig: go.Figure) -> str:
+def to_json(fig: Figure) -> str:
     """The figure as plotly JSON (a page's live refresh), its labels plain text as in
     :func:`to_div`."""
     return pio.to_json(plain_figure(fig), validate=False)
@@ -125,10 +132,10 @@ def to_json(fig: go.Figure) -> str:
 
 def function_figure(u: Sequence[float], f: Sequence[float], df: Sequence[float], name: str):
     """f and f' of one candidate on one axis: the shape people compare candidates by."""
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=list(u), y=list(f), name=f"{name}(u)", mode="lines"))
+    fig = Figure()
+    fig.add_trace(scatter(x=list(u), y=list(f), name=f"{name}(u)", mode="lines"))
     fig.add_trace(
-        go.Scatter(x=list(u), y=list(df), name=f"{name}'(u)", mode="lines", line={"dash": "dash"})
+        scatter(x=list(u), y=list(df), name=f"{name}'(u)", mode="lines", line={"dash": "dash"})
     )
     fig.update_layout(title=f"{name}: f and f'", xaxis_title="u", yaxis_title="value", **_LAYOUT)
     fig.add_hline(y=0, line_width=1, line_color="#999")
@@ -136,7 +143,7 @@ def function_figure(u: Sequence[float], f: Sequence[float], df: Sequence[float],
     return fig
 
 
-def leaderboard_figure(rows: Sequence[dict[str, Any]], objective: str | None) -> go.Figure:
+def leaderboard_figure(rows: Sequence[dict[str, Any]], objective: str | None) -> Figure:
     """Mean with its 95% CI per candidate, best first: seed spread is visible at a glance."""
     ranked = [r for r in rows if _finite(r.get("mean"))]
     names = [r["candidate"] for r in ranked]
@@ -147,8 +154,8 @@ def leaderboard_figure(rows: Sequence[dict[str, Any]], objective: str | None) ->
         "#2ca02c" if r.get("is_best") else ("#1f77b4" if r.get("indistinguishable") else "#7f7f7f")
         for r in ranked
     ]
-    fig = go.Figure(
-        go.Scatter(
+    fig = Figure(
+        scatter(
             x=means,
             y=names,
             mode="markers",
@@ -176,13 +183,13 @@ def study_figure(
     objective: str | None,
     transform: str | None,
     baselines: Sequence[dict[str, Any]] = (),
-) -> go.Figure:
+) -> Figure:
     """A property study as one picture: metric vs transform value, one line per base function.
 
     Error bars are the 95% CI over seeds. A cell where any seed diverged gets a red cross (at its
     mean, or at the bottom of the axis when no seed finished) so failures are not silently absent.
     """
-    fig = go.Figure()
+    fig = Figure()
     by_function: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cell in cells:
         by_function[str(cell.get("function"))].append(cell)
@@ -206,7 +213,7 @@ def study_figure(
             for c in rows
         ]
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=xs,
                 y=ys,
                 name=function,
@@ -226,7 +233,7 @@ def study_figure(
                 div_text.append(f"{function} @ {c.get('value')}: {c['n_diverged']} diverged")
     if div_x:
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=div_x,
                 y=div_y,
                 name="diverged",
@@ -254,12 +261,12 @@ def study_figure(
     return fig
 
 
-def options_figure(cells: Sequence[dict[str, Any]], objective: str | None) -> go.Figure:
+def options_figure(cells: Sequence[dict[str, Any]], objective: str | None) -> Figure:
     """Studies without a numeric axis (options, searches): a bar per arm with its CI."""
     rows = [c for c in cells if _finite(c.get("mean"))]
     labels = [str(c.get("label") or c.get("function")) for c in rows]
-    fig = go.Figure(
-        go.Bar(
+    fig = Figure(
+        bar(
             x=labels,
             y=[c["mean"] for c in rows],
             error_y={
@@ -283,17 +290,17 @@ def options_figure(cells: Sequence[dict[str, Any]], objective: str | None) -> go
     return fig
 
 
-def curves_figure(curves: Sequence[dict[str, Any]]) -> go.Figure:
+def curves_figure(curves: Sequence[dict[str, Any]]) -> Figure:
     """Learning curves: losses on the left axis, each validation metric on the right."""
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig = Figure()
     epochs = [c["epoch"] for c in curves]
     lm = "lines+markers"
     fig.add_trace(
-        go.Scatter(x=epochs, y=[c.get("train_loss") for c in curves], name="train loss", mode=lm)
+        scatter(x=epochs, y=[c.get("train_loss") for c in curves], name="train loss", mode=lm)
     )
     if any(c.get("val_loss") is not None for c in curves):
         fig.add_trace(
-            go.Scatter(x=epochs, y=[c.get("val_loss") for c in curves], name="val loss", mode=lm)
+            scatter(x=epochs, y=[c.get("val_loss") for c in curves], name="val loss", mode=lm)
         )
     # Losses already have their own traces; the right axis is for the other metrics.
     metric_names = sorted(
@@ -301,7 +308,7 @@ def curves_figure(curves: Sequence[dict[str, Any]]) -> go.Figure:
     )
     for name in metric_names:
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=epochs,
                 y=[(c.get("metrics") or {}).get(name) for c in curves],
                 name=name,
@@ -325,13 +332,13 @@ def _by_layer(diagnostics: Iterable[dict[str, Any]]) -> dict[str, list[dict[str,
     return dict(layers)
 
 
-def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
+def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> Figure:
     """alpha against 1/std of the norm's input, per layer, traced over epochs.
 
     LayerNorm divides by the input's std; a pointwise norm that learns alpha close to 1/std is
     doing the same job, which is the DyT paper's observation. The dashed diagonal is alpha = 1/std.
     """
-    fig = go.Figure()
+    fig = Figure()
     xs_all: list[float] = []
     for i, (layer, rows) in enumerate(sorted(_by_layer(diagnostics).items())):
         pts = [
@@ -343,7 +350,7 @@ def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
             continue
         xs_all.extend(p[0] for p in pts)
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=[p[0] for p in pts],
                 y=[p[1] for p in pts],
                 mode="lines+markers",
@@ -357,7 +364,7 @@ def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
     if xs_all:
         lo, hi = min(xs_all), max(xs_all)
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=[lo, hi],
                 y=[lo, hi],
                 mode="lines",
@@ -374,36 +381,47 @@ def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
     return fig
 
 
-def layers_figure(diagnostics: Sequence[dict[str, Any]]) -> go.Figure:
+def layers_figure(diagnostics: Sequence[dict[str, Any]]) -> Figure:
     """Per layer at the last epoch: gamma mean ± std, and the residual branch's output norm."""
     last: dict[str, dict[str, Any]] = {}
     for layer, rows in _by_layer(diagnostics).items():
         last[layer] = rows[-1]
     layers = list(last)
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=("gamma (mean ± std)", "residual-branch norm (RMS)")
-    )
+    # Two panels side by side: the gamma bars on the first axes, the branch norms on the second.
+    fig = Figure()
     fig.add_trace(
-        go.Bar(
+        bar(
             x=layers,
             y=[last[k].get("gamma_mean") for k in layers],
             error_y={"type": "data", "array": [last[k].get("gamma_std") or 0 for k in layers]},
             name="gamma",
-        ),
-        row=1,
-        col=1,
+        )
     )
     fig.add_trace(
-        go.Bar(x=layers, y=[last[k].get("branch_norm") for k in layers], name="branch norm"),
-        row=1,
-        col=2,
+        bar(
+            x=layers,
+            y=[last[k].get("branch_norm") for k in layers],
+            name="branch norm",
+            xaxis="x2",
+            yaxis="y2",
+        )
     )
+    fig.update_layout(
+        xaxis={"domain": [0, 0.45]},
+        xaxis2={"domain": [0.55, 1], "anchor": "y2"},
+        yaxis2={"anchor": "x2"},
+    )
+    for x, text in ((0.225, "gamma (mean ± std)"), (0.775, "residual-branch norm (RMS)")):
+        fig.add_annotation(
+            text=text, x=x, y=1, xref="paper", yref="paper", xanchor="center",
+            yanchor="bottom", showarrow=False,
+        )  # fmt: skip
     epoch = max((d["epoch"] for d in last.values()), default=0)
     fig.update_layout(title=f"per-layer parameters at epoch {epoch}", showlegend=False, **_LAYOUT)
     return fig
 
 
-def importance_figure(importance: dict[str, Any] | None) -> go.Figure:
+def importance_figure(importance: dict[str, Any] | None) -> Figure:
     """Which properties predicted good results in a study: Spearman rho per property with its
     95% bootstrap interval (``workers.importance``), strongest first; constant ones left out."""
     feats = [f for f in (importance or {}).get("features", []) if _finite(f.get("rho"))]
@@ -412,8 +430,8 @@ def importance_figure(importance: dict[str, Any] | None) -> go.Figure:
     hi = [f["ci_high"] - f["rho"] if _finite(f.get("ci_high")) else 0.0 for f in feats]
     lo = [f["rho"] - f["ci_low"] if _finite(f.get("ci_low")) else 0.0 for f in feats]
     colors = ["#2ca02c" if r > 0 else DIVERGED_COLOR for r in rho]
-    fig = go.Figure(
-        go.Bar(
+    fig = Figure(
+        bar(
             x=rho,
             y=names,
             orientation="h",
@@ -450,7 +468,7 @@ def _failed_position(values: Sequence[float], higher_is_better: bool) -> float:
     return lo - pad if higher_is_better else hi + pad
 
 
-def fidelity_figure(setting: dict[str, Any]) -> go.Figure:
+def fidelity_figure(setting: dict[str, Any]) -> Figure:
     """Proxy mean +- 95% CI against the reference value for one setting of a fidelity report.
 
     A reference interval is a horizontal error bar; "failed to train" (either side) sits just
@@ -465,7 +483,7 @@ def fidelity_figure(setting: dict[str, Any]) -> go.Figure:
     proxy_up = setting.get("proxy_direction", "maximize") == "maximize"
     x_fail = _failed_position(xs, ref_up)
     y_fail = _failed_position(ys, proxy_up)
-    fig = go.Figure()
+    fig = Figure()
     for group, failed in (("trained", False), ("failed to train (either side)", True)):
         pts = [c for c in cells if (c["reference"]["failed"] or c["proxy"]["failed"]) == failed]
         if not pts:
@@ -485,7 +503,7 @@ def fidelity_figure(setting: dict[str, Any]) -> go.Figure:
             for c in pts
         ]
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 x=x,
                 y=y,
                 mode="markers+text",

@@ -96,7 +96,9 @@ Describe = Callable[[str], tuple[str, Mapping[str, Any]] | None]
 
 
 def row_group(row: Mapping[str, Any], describe: Describe | None) -> tuple[Any, Mapping[str, Any]]:
-    """A board row's group and properties: its stored candidate's, else the catalog's.
+    """A board row's group and properties: its stored candidate's, else the catalog's (of its
+    name, or of its definition where the name holds stored user functions: ``shift_h(mine,
+    0.5)`` is described by ``shift_h(<mine's formula>, 0.5)``, as it trained).
 
     Catalog functions are not stored as candidates, so a board that filtered on stored rows
     alone would drop them from their own group; the CLI and the API both file rows here.
@@ -105,6 +107,9 @@ def row_group(row: Mapping[str, Any], describe: Describe | None) -> tuple[Any, M
     if (group and props) or group == BASELINE_GROUP or describe is None:
         return group, props
     info = describe(row["candidate"])
+    formula = (row.get("norm") or {}).get("formula")
+    if info is None and formula:  # a text naming stored user functions: its definition
+        info = describe(formula)
     if info is None:
         return group, props
     return group or info[0], props or info[1]

@@ -116,6 +116,11 @@ def test_own_function_end_to_end_in_a_browser(
         trained = {f"shift_h({NAME}, 0.5)", NAME, f"{NAME} [alpha0=1.0]"}
         assert trained <= set(rows), sorted(rows)
         assert all(rows[label]["ranked"] and rows[label]["n"] >= 1 for label in trained), rows
+        # a transform of the user's function is filed by its definition (group and properties)
+        users = http.get("api/leaderboards/vit-tiny", params={"group": "user"}).json()["rows"]
+        mine = {r["candidate"]: r for r in users}
+        assert f"shift_h({NAME}, 0.5)" in mine, sorted(mine)
+        assert mine[f"shift_h({NAME}, 0.5)"]["properties"]["bounded"] is True
         failed = [r for label, r in rows.items() if "shift_v" in label and NAME in label]
         assert failed and not any(r["ranked"] for r in failed), failed
         assert all(r["unranked_reason"] for r in failed), failed

@@ -156,3 +156,22 @@ def test_arm_text_tells_option_arms_apart() -> None:
     assert arm_text("erf", options=row_options(plain)) == "erf"
     assert arm_text("erf", -0.5) == "erf @ -0.5"
     assert arm_text("ln", options={"depth": 8}) == "ln [depth=8]"
+
+
+def test_a_transform_of_a_user_function_is_filed_by_its_definition() -> None:
+    """``shift_h(mine, 0.5)`` names a stored candidate the catalog does not know: its row is
+    described by the definition it trained with (``norm.formula``), so it has a group and
+    properties like any transform of a catalog function (it had neither before)."""
+    from normfree.search_space import catalog
+    from normfree.storage.leaderboard import row_group
+
+    row = {
+        "candidate": "shift_h(mine, 0.5)",
+        "norm": {"name": "shift_h(mine, 0.5)", "formula": "shift_h(u/(1+abs(u)/2), 0.5)"},
+    }
+    group, props = row_group(row, catalog.describe)
+    assert group == "user"
+    assert props["bounded"] is True and props["limit_pos"] == 2.0
+    assert not props["zero_centred"]  # shifted by 0.5: f(0) != 0
+    bare = {"candidate": "shift_h(mine, 0.5)", "norm": {"name": "shift_h(mine, 0.5)"}}
+    assert row_group(bare, catalog.describe) == (None, {})

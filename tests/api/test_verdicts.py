@@ -80,3 +80,8 @@ def test_runs_ending_near_chance_are_failures_in_fidelity_on_a_smoke_preset(api:
     assert not cells["erf"]["failed"]
     board = api.client.get(f"/api/leaderboards/vit-tiny?study_id={study_id}").json()
     assert set(board["caveats"]["near_chance"]) == {"shift_h(erf, -2)", "shift_h(erf, 2)"}
+    # the study itself says so too, over REST and on its page (its trainer called them complete)
+    detail = api.client.get(f"/api/studies/{study_id}?trials=false").json()
+    assert set(detail["caveats"]["near_chance"]) == {"erf @ -2.0", "erf @ 2.0"}, detail["caveats"]
+    page = api.client.get(f"/studies/{study_id}").text
+    assert 'id="study-caveats"' in page and "ended near chance" in page and "erf @ 2.0" in page

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from normfree.api.schemas._base import _In, _Out, unreadable_field
-from normfree.api.schemas.leaderboards import ArmFailure, ReliabilityPublic
+from normfree.api.schemas.leaderboards import ArmFailure, BoardCaveats, ReliabilityPublic
 from normfree.api.schemas.trials import TrialSummary
 from normfree.specs import StudyKindName
 from normfree.workers.kinds import KINDS
@@ -275,6 +275,12 @@ class StudyDetail(StudyPublic):
         "reproduce itself on fresh seeds?), with the seeds that would bring it to 0.8.",
     )
 
+    caveats: BoardCaveats | None = Field(
+        default=None,
+        description="What the cells' order says with care, as a leaderboard says it: "
+        "calibration, a provisional ranking, cells whose mean ends near chance (failed to "
+        "train, although the smoke presets' trainer calls such runs complete).",
+    )
     cells: list[StudyCell] = Field(default_factory=list)
     trials: list[TrialSummary] = Field(
         default_factory=list,

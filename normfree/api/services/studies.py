@@ -421,9 +421,18 @@ def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.S
         **_kind_fields(row["kind"], generate),
         cells=cells,
         reliability=rel,
+        caveats=_cells_caveats(row["proxy"], cells, objective),
         trials=listed,
         archived_arms=sorted({k for c in cells if c.archived for k in c.arm_keys}),
     )
+
+
+def _cells_caveats(proxy: str, cells: list[S.StudyCell], objective: str | None) -> S.BoardCaveats:
+    """A study's cells read with the care a leaderboard's arms are (``board_caveats``)."""
+    from normfree.fidelity.caveats import board_caveats
+
+    rows = [{"label": c.label, "n": c.n, "mean": c.mean, "objective": objective} for c in cells]
+    return S.BoardCaveats(**board_caveats(proxy, rows))
 
 
 def study_without_cells(state: ServiceState, study_id: int) -> S.StudyDetail:

@@ -153,7 +153,8 @@ def placement(
     ln = mine.get("vs_layernorm") or {}
     parts = [
         f"{mine['label']} on {proxy}: {out['among_16']} of {out['of']} among the 16 search "
-        f"candidates (rank {mine['rank']} of {len(ranked)} arms with the baselines), "
+        f"candidates by mean (rank {mine['rank']} of {len(ranked)} arms with the baselines "
+        "by the pessimistic end of each 95% interval, as the board ranks), "
         f"{objective} {mine['mean']:.4g} over {mine['n']} seeds",
         f"it beats {len(beats)} and trails {len(trails)} of the 16 by more than "
         f"{NOISE_STDS:g} seed stds ({noise:.3g}); {len(close)} are within that",

@@ -262,9 +262,9 @@ def _warm_up(state: Any, freeze_heap: bool) -> None:
 
 def _preload_reads(templates: Jinja2Templates) -> None:
     """Before a server answers: take the first-use costs of every read's build (imports,
-    plotly's validators, the templates' compilation), which the first board and page after a
-    start paid, seconds on a busy 2-core host, while its warm-up threads competed for the GIL
-    (issue 27: each page's first request under 1 s)."""
+    plotly's theme and JSON encoder, the templates' compilation), which the first board and
+    page after a start paid, seconds on a busy 2-core host, while its warm-up threads competed
+    for the GIL (issue 27: each page's first request under 1 s)."""
     from scipy.special import stdtr, stdtrit
 
     from normfree.api import plots

@@ -313,6 +313,8 @@ def candidate_rows(
     derived: list[dict[str, Any]] = []
     for proxy in sorted({p for p, c in pairs if c in same or mentions(c)}):
         board = leaderboard(state, proxy)
+        # the board's own verdict on arms ending near chance, shown beside each row here too
+        chance = set(board.caveats.near_chance) if board.caveats else set()
         for row in board.rows:
             if row.function in same:
                 rows = own
@@ -320,7 +322,14 @@ def candidate_rows(
                 rows = derived
             else:
                 continue
-            rows.append({"proxy": proxy, "objective": board.objective, **row.model_dump()})
+            rows.append(
+                {
+                    "proxy": proxy,
+                    "objective": board.objective,
+                    "near_chance": row.candidate in chance,
+                    **row.model_dump(),
+                }
+            )
     return own, derived
 
 

@@ -85,3 +85,9 @@ def test_runs_ending_near_chance_are_failures_in_fidelity_on_a_smoke_preset(api:
     assert set(detail["caveats"]["near_chance"]) == {"erf @ -2.0", "erf @ 2.0"}, detail["caveats"]
     page = api.client.get(f"/studies/{study_id}").text
     assert 'id="study-caveats"' in page and "ended near chance" in page and "erf @ 2.0" in page
+    # and the function's page, where its transforms' rows say it beside their rank
+    page = api.client.get("/candidates/erf").text
+    assert "near chance" in page and "failed to train (a failure in fidelity)" in page
+    rows = api.client.get("/api/candidates/shift_h(erf, 2)/results").json()
+    assert rows and all(r["near_chance"] for r in rows if r["proxy"] == "vit-tiny"), rows
+    assert not any(r["near_chance"] for r in api.client.get("/api/candidates/erf/results").json())

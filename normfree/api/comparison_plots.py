@@ -1,8 +1,6 @@
 """The figures of the comparison and search pages, from the answers of ``GET /api/compare``
 and ``GET /api/studies/{id}/search`` (as dicts). Rendered through :mod:`normfree.api.plots`
-(``to_div``: every label plain text), in its palette and layout. Built without naming their theme
-(``BARE_LAYOUT``): the caller passes ``to_div`` the theme resolved once
-(``plots.resolved_template()``), which saves plotly's lookup and validation of it per figure."""
+(``to_div``: every label plain text), in its palette and layout."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from typing import Any
 
 from normfree.api.compare import mean_curve, metric_value
 from normfree.api.figure import Figure, Trace, bar, scatter
-from normfree.api.plots import BARE_LAYOUT, DIVERGED_COLOR, PALETTE
+from normfree.api.plots import DIVERGED_COLOR, LAYOUT, PALETTE
 
 __all__ = ["compare_figure", "history_figure", "pruning_figure"]
 
@@ -109,7 +107,7 @@ def compare_figure(comparison: Mapping[str, Any]) -> Figure:
         title=f"{metric} by epoch",
         xaxis=_integer_axis(top, "epoch"),
         yaxis_title=metric,
-        **BARE_LAYOUT,
+        **LAYOUT,
     )
     return fig
 
@@ -143,7 +141,7 @@ def history_figure(view: Mapping[str, Any]) -> Figure:
         title=f"optimisation history ({view.get('direction', 'maximize')} {objective})",
         xaxis=_integer_axis(len(trials), "trial (in the order asked)"),
         yaxis_title=objective,
-        **BARE_LAYOUT,
+        **LAYOUT,
     )
     return fig
 
@@ -171,7 +169,7 @@ def pruning_figure(trials: Sequence[Mapping[str, Any]]) -> Figure:
                 hovertemplate="%{y}: %{x} epochs %{text}<extra></extra>",
             )
         )
-    layout = dict(BARE_LAYOUT)
+    layout = dict(LAYOUT)
     layout["height"] = max(260, 22 * len(ran) + 140)
     fig.update_layout(
         title="pruning timeline (epochs each trial ran)",

@@ -32,7 +32,8 @@ PALETTE = (
     "#FECB52",
 )
 DIVERGED_COLOR = "#d62728"
-_LAYOUT = {
+# Every figure names its theme; plain_figure resolves the name (cached) for plotly.js.
+LAYOUT = {
     "template": "plotly_white",
     "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
     "height": 420,
@@ -43,9 +44,6 @@ _LAYOUT = {
 def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
-
-# _LAYOUT without its theme, for figures drawn through ``to_div(..., template=...)``.
-BARE_LAYOUT = {k: v for k, v in _LAYOUT.items() if k != "template"}
 
 # Keys whose strings are ours and hold plotly's template syntax and markup on purpose (the
 # ``<br>`` and ``<extra>`` of a hover), or are a theme: never user text, never escaped.
@@ -92,20 +90,10 @@ def _template(name: str) -> dict[str, Any]:
     return pio.templates[name].to_plotly_json()
 
 
-def resolved_template() -> dict[str, Any]:
-    """The theme of :data:`_LAYOUT` as plotly's dict (for ``to_div(..., template=)`` of a
-    figure built with :data:`BARE_LAYOUT`)."""
-    return _template(_LAYOUT["template"])
-
-
-def to_div(fig: Figure, div_id: str, *, template: dict[str, Any] | None = None) -> str:
-    """The figure as a <div> plus the script that draws it (plotly.js loaded by the page);
-    ``template``: a theme already resolved (:func:`resolved_template`) set on its layout."""
-    data = plain_figure(fig)
-    if template is not None:
-        data.setdefault("layout", {})["template"] = template
+def to_div(fig: Figure, div_id: str) -> str:
+    """The figure as a <div> plus the script that draws it (plotly.js loaded by the page)."""
     return pio.to_html(
-        data,
+        plain_figure(fig),
         full_html=False,
         include_plotlyjs=False,
         div_id=div_id,
@@ -121,7 +109,7 @@ def warm() -> None:
     row = {"candidate": "f", "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 2, "is_best": True}
     to_div(leaderboard_figure([row], "accuracy"), "warm")
     cell = {"candidate": "f", "value": 1.0, "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 2}
-    to_div(study_figure([cell], "accuracy", "shift"), "warm", template=resolved_template())
+    to_div(study_figure([cell], "accuracy", "shift"), "warm")
 
 
 def to_json(fig: Figure) -> str:
@@ -137,7 +125,7 @@ def function_figure(u: Sequence[float], f: Sequence[float], df: Sequence[float],
     fig.add_trace(
         scatter(x=list(u), y=list(df), name=f"{name}'(u)", mode="lines", line={"dash": "dash"})
     )
-    fig.update_layout(title=f"{name}: f and f'", xaxis_title="u", yaxis_title="value", **_LAYOUT)
+    fig.update_layout(title=f"{name}: f and f'", xaxis_title="u", yaxis_title="value", **LAYOUT)
     fig.add_hline(y=0, line_width=1, line_color="#999")
     fig.add_vline(x=0, line_width=1, line_color="#999")
     return fig
@@ -166,7 +154,7 @@ def leaderboard_figure(rows: Sequence[dict[str, Any]], objective: str | None) ->
             name="mean ± 95% CI",
         )
     )
-    layout = dict(_LAYOUT)
+    layout = dict(LAYOUT)
     layout["height"] = max(300, 28 * len(ranked) + 120)
     fig.update_layout(
         title="mean ± 95% CI (green: best; blue: indistinguishable from best)",
@@ -256,7 +244,7 @@ def study_figure(
         title=f"{objective or 'objective'} vs {transform or 'transform'} value (mean ± 95% CI)",
         xaxis_title=f"{transform or 'transform'} value",
         yaxis_title=objective or "objective",
-        **_LAYOUT,
+        **LAYOUT,
     )
     return fig
 
@@ -285,7 +273,7 @@ def options_figure(cells: Sequence[dict[str, Any]], objective: str | None) -> Fi
     fig.update_layout(
         title=f"{objective or 'objective'} per arm (red: some seeds diverged)",
         yaxis_title=objective or "objective",
-        **_LAYOUT,
+        **LAYOUT,
     )
     return fig
 
@@ -317,7 +305,7 @@ def curves_figure(curves: Sequence[dict[str, Any]]) -> Figure:
             ),
             secondary_y=True,
         )
-    fig.update_layout(title="learning curves", xaxis_title="epoch", **_LAYOUT)
+    fig.update_layout(title="learning curves", xaxis_title="epoch", **LAYOUT)
     fig.update_yaxes(title_text="loss", secondary_y=False)
     fig.update_yaxes(title_text="metric", secondary_y=True)
     return fig
@@ -376,7 +364,7 @@ def alpha_figure(diagnostics: Sequence[dict[str, Any]]) -> Figure:
         title="alpha vs 1/std of the norm input (per layer, over epochs; big marker = last)",
         xaxis_title="1 / std(norm input)",
         yaxis_title="alpha",
-        **_LAYOUT,
+        **LAYOUT,
     )
     return fig
 
@@ -417,7 +405,7 @@ def layers_figure(diagnostics: Sequence[dict[str, Any]]) -> Figure:
             yanchor="bottom", showarrow=False,
         )  # fmt: skip
     epoch = max((d["epoch"] for d in last.values()), default=0)
-    fig.update_layout(title=f"per-layer parameters at epoch {epoch}", showlegend=False, **_LAYOUT)
+    fig.update_layout(title=f"per-layer parameters at epoch {epoch}", showlegend=False, **LAYOUT)
     return fig
 
 
@@ -441,7 +429,7 @@ def importance_figure(importance: dict[str, Any] | None) -> Figure:
             name="Spearman rho",
         )
     )
-    layout = dict(_LAYOUT)
+    layout = dict(LAYOUT)
     layout["height"] = max(260, 30 * len(feats) + 120)
     n = (importance or {}).get("n_candidates", 0)
     note = (importance or {}).get("note")
@@ -525,7 +513,7 @@ def fidelity_figure(setting: dict[str, Any]) -> Figure:
     if rho is not None:
         title += f" (Spearman {rho:+.2f})"
     fig.update_layout(
-        **_LAYOUT,
+        **LAYOUT,
         title=title,
         xaxis_title=f"reference: {setting['metric']} ({setting['direction']})",
         yaxis_title=f"proxy: {metric}, mean ± 95% CI",

@@ -160,11 +160,7 @@ async def page_compare(
         if result.metric is None:
             notices.append("None of the chosen trials has reported an epoch yet: no curve.")
         else:
-            figure = plots.to_div(
-                comparison_plots.compare_figure(data),
-                "compare-figure",
-                template=plots.resolved_template(),
-            )
+            figure = plots.to_div(comparison_plots.compare_figure(data), "compare-figure")
         return cache.html_body(
             _render(
                 request,
@@ -200,9 +196,7 @@ async def page_search(
         notices: list[str] = []
         if any(t["value"] is not None or t["last_value"] is not None for t in data["trials"]):
             figures["history"] = plots.to_div(
-                comparison_plots.history_figure(data),
-                "history-figure",
-                template=plots.resolved_template(),
+                comparison_plots.history_figure(data), "history-figure"
             )
         else:
             notices.append("No trial has a result yet: the history starts with the first.")
@@ -212,9 +206,7 @@ async def page_search(
             )
         if any(t["epochs_run"] for t in data["trials"]):
             figures["pruning"] = plots.to_div(
-                comparison_plots.pruning_figure(data["trials"]),
-                "pruning-figure",
-                template=plots.resolved_template(),
+                comparison_plots.pruning_figure(data["trials"]), "pruning-figure"
             )
         return cache.html_body(
             _render(request, "search.html", view=view, figures=figures, notices=notices)

@@ -87,7 +87,9 @@ def _contrast_loader(ds: dict[str, Any]) -> Any:
             if ds.get("mode") == "noise":  # fixed pixel noise: no two tokens identical
                 g = 1.0
                 x = x + ds["sigma"] * rng.standard_normal(x.shape)
-            elif ds.get("mode") == "brightness":  # image-level brightness and contrast
+            elif ds.get("mode") == "brightness":  # one brightness offset per image, N(0, sigma)
+                # (gain_sigma: the offset over a random per-image gain; 0 in every recorded
+                # spec, its draw kept so that they reproduce)
                 g = np.exp(ds.get("gain_sigma", 0.0) * rng.standard_normal((len(x), 1, 1, 1)))
                 x = x + ds["sigma"] * rng.standard_normal((len(x), 1, 1, 1)) / g
             elif ds.get("mode", "image") == "image":

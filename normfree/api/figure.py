@@ -47,7 +47,7 @@ def _merge(target: dict[str, Any], key: str, value: Any) -> None:
         head, rest = key.split("_", 1)
         child = target.get(head)
         if not isinstance(child, dict):
-            child = {} if not isinstance(child, str) or head != "title" else {"text": child}
+            child = {"text": child} if head == "title" and isinstance(child, str) else {}
             target[head] = child
         _merge(child, rest, value)
         return

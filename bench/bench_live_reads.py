@@ -34,6 +34,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -57,18 +58,21 @@ def writer(url: str, sid: int, rate: float, go: Any, out: Any) -> None:
     with Writer(url, "live-writer", 7) as w:  # opened before the start: imports take seconds
         start, until = go.get()
         commits: list[float] = []
+        spent: list[float] = []  # seconds each commit took: a writer that cannot keep its rate
         try:
             k = 0
             while time.time() < until:
                 due = start + k / rate
                 if due > time.time():
                     time.sleep(due - time.time())
+                t0 = time.time()
                 if w.finish_one(sid) is None:
                     break
                 commits.append(time.time())
+                spent.append(commits[-1] - t0)
                 k += 1
         finally:
-            out.put(commits)
+            out.put((commits, spent))
 
 
 def paths(info: dict[str, Any], live: int) -> dict[str, Any]:
@@ -208,7 +212,7 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
         go.put((start, until))
         loaded = load(host, port, makers, args.readers, start, until)
         lat, errors, timeouts, seen = asyncio.run(loaded)
-        commits = out_q.get(timeout=120)
+        commits, spent = out_q.get(timeout=120)
         proc.join(30)
     reads = figures_of(lat, errors, timeouts, args.seconds)
     targets = {
@@ -220,13 +224,28 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
             for name in READS
         },
     }
+    if args.dump:  # every answer's (read, seconds into the window, ms) and the commits
+        rows = [(name, t, ms) for name, xs in lat.items() for t, ms in xs]
+        args.dump.write_text(json.dumps({"reads": rows, "commits": [c - start for c in commits]}))
     stale = staleness(seen, commits)
     targets["at_most_1_commit_behind"] = stale.get("max_commits_behind", 99) <= 1
     return {
         "first_requests": first,
         "first_requests_s": first_s,
         "reads": reads,
-        "writes": {"commits": len(commits), "per_s": rounded(len(commits) / args.seconds)},
+        "writes": {
+            "commits": len(commits),
+            "per_s": rounded(len(commits) / args.seconds),
+            "commit_ms_p50": rounded(1000 * statistics.median(spent)) if spent else None,
+            "commit_ms_max": rounded(1000 * max(spent)) if spent else None,
+            # the live study ran out of waiting trials this far into the window (a --quick
+            # study holds ~40: 8 s at 5 a second); None: the writer wrote to the end
+            "ran_out_at_s": (
+                rounded(commits[-1] - start)
+                if commits and commits[-1] < until - 2.0 / args.rate
+                else None
+            ),
+        },
         "staleness": stale,
         "targets": targets,
         "load_avg_1m_before": round(load_before, 2),
@@ -251,6 +270,7 @@ def main() -> None:
         "shows the server once its start-up work is done)",
     )
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--dump", type=Path, default=None, help="write every answer's latency here")
     args = ap.parse_args()
     if args.quick:
         use_quick_grid()

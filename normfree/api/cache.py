@@ -17,7 +17,10 @@ of a hit is that query plus a dict lookup; no time-to-live is involved.
   ``settings.read_stale_window_s``), no reader waits for a build: the one that finds a new
   version starts its build in the background and waits ``read_fresh_wait_s`` at most, then
   gets the previous version (at most the commits made during one build behind; issue 27's
-  live reads). A lone write is still read back at once: a quiet family's reader waits.
+  live reads); every other reader of the family meanwhile gets the previous version at once.
+  A lone write is still read back at once: a quiet family's reader waits.
+- A build's own lookups (a page's model, a study's cells) build their parts in full on the
+  build's thread: a page stored under its new key is made of its parts' new versions.
 - Bodies are gzipped once per entry for clients that accept it.
 - Memory is bounded by entry count (LRU); each process has its own cache.
 """
@@ -43,6 +46,9 @@ from normfree import __version__
 from normfree.api import fastlane
 
 log = logging.getLogger(__name__)
+
+# How deep this thread is in ResponseCache builds (a build's own lookups build their parts).
+_building_here = threading.local()
 
 # Responses a client must revalidate before reuse (the ETag makes that a cheap 304).
 CACHE_CONTROL = "no-cache"
@@ -119,6 +125,11 @@ class ResponseCache:
         self.hits = 0
         self.misses = 0
         self.stale = 0
+        # Builds finished of families that served their previous version meanwhile: part of
+        # the fast lane's stamp, which may then replay such an answer (followers of one read
+        # after a commit replay its leader's) only until the newer version is in.
+        self.builds = 0
+        self._stale_out: set[Hashable] = set()
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
@@ -138,15 +149,26 @@ class ResponseCache:
         if hit is not None:
             return key, hit
         family = key[0]
+        if getattr(_building_here, "depth", 0):
+            # a build's own parts (a page's model, a study's cells): built here, in full.
+            # Waiting fresh_wait_s for a part and then taking its previous version stored the
+            # outer answer under its new key with old parts; a part already being built on
+            # another thread is waited for (it cannot wait on us: parts nest one way), a part
+            # only queued behind the busy build threads is built here instead
+            with self._lock:
+                future = self._background.get(key)
+            if future is not None and future.running():
+                return key, future.result()
+            stale_ok = False
         with self._lock:
             latest = self._latest.get(family)
             if stale_ok and latest is not None:
-                future = self._background.get(key)
-                if future is None and self._busy.get(family):
-                    self.stale += 1
-                    return latest[1], latest[2]
-                if future is None and self._hot(family):
-                    future = self._submit(key, build)
+                if self._busy.get(family):
+                    # a build of this family runs: only the reader that started it waits
+                    # (below); every other reader takes the latest at once (each waiting
+                    # fresh_wait_s in turn was the p99 of every read under a writer)
+                    return self._stale_answer(family, latest)
+                future = self._submit(key, build) if self._hot(family) else None
             else:
                 future = None
         if future is not None:
@@ -156,8 +178,7 @@ class ResponseCache:
                 with self._lock:
                     latest = self._latest.get(family)
                     if latest is not None:
-                        self.stale += 1
-                        return latest[1], latest[2]
+                        return self._stale_answer(family, latest)
                 return key, future.result()  # the family's latest was evicted meanwhile
         gate = self._gate(key)
         with gate:
@@ -167,6 +188,12 @@ class ResponseCache:
             with self._lock:
                 seq = self._begin(family)
             return key, self._build(key, build, seq)
+
+    def _stale_answer(self, family: Hashable, latest: tuple[int, Hashable, Any]) -> tuple:
+        """The family's latest, for a reader while a newer one builds (under the lock)."""
+        self.stale += 1
+        self._stale_out.add(family)
+        return latest[1], latest[2]
 
     def _hot(self, family: Hashable) -> bool:
         changed = self._changed.get(family)
@@ -206,9 +233,11 @@ class ResponseCache:
     def _build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any], seq: int) -> Any:
         """Build ``key`` (its family marked busy by :meth:`_begin`) and keep the value."""
         family = key[0]
+        _building_here.depth = getattr(_building_here, "depth", 0) + 1
         try:
             value = build()
         finally:
+            _building_here.depth -= 1
             with self._lock:
                 self._building.pop(key, None)
                 self._busy[family] -= 1
@@ -230,6 +259,9 @@ class ResponseCache:
             self._latest.move_to_end(family)
             while len(self._latest) > self.max_entries:
                 self._latest.popitem(last=False)
+            if family in self._stale_out:  # after the entry is in: a reader that sees the
+                self._stale_out.discard(family)  # new count finds it
+                self.builds += 1
         return value
 
     def get_or_build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Any:
@@ -273,7 +305,10 @@ def respond(
         served, hit = cache.lookup(key, build)
         if served != key:  # another request is building the newer version: the latest one
             headers["ETag"] = etag_of(served)
-        elif replay and status_code == 200:
+        if replay and status_code == 200:
+            # the previous version too: the same request gets the same answer until a commit
+            # or a finished build (``builds``, in the lane's stamp) moves it; followers of one
+            # read after a commit replay the leader's answer instead of each going the slow way
             fastlane.allow(request.scope)
     else:
         hit = build()

@@ -5,10 +5,14 @@ outside the cache: FastAPI's routing and dependencies, a pooled SQLAlchemy trans
 key's version query, building the response (bench/results/read_scale.md). None of that is
 needed when the database has not changed since the same request was last answered. So this
 ASGI middleware, outermost, keeps the bytes and headers of answers the routes marked as
-replayable (:func:`allow`: a fresh, cacheable 200 built by ``api.cache``), stamped with the
+replayable (:func:`allow`: a cacheable 200 from ``api.cache``), stamped with the
 database's *generation* read at the request's start and the process's local epoch (the
-function analyses done so far, ``api.enrich``). A later identical request whose stamp is the
-same gets those bytes back without touching the app.
+function analyses done so far, ``api.enrich``, and the read cache's count of builds that
+outdated an answer it served). A later identical request whose stamp is the same gets those
+bytes back without touching the app. An answer that served a read's previous version while
+its newer one built is replayable too, until that build is in (it moves the count): after a
+commit, the readers of one page share its first reader's answer instead of each going the
+slow way.
 
 It is exact, not a time-to-live: a generation changes whenever any connection commits. The
 stamp is read *before* the app computes its key, so an entry can only be older than its

@@ -176,41 +176,58 @@ def _half_scores(
     return score.T
 
 
-def _ranks(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Average ranks of ``x``'s entries (k,) within each weighted copy of it (B, k): entry j's
-    rank in the multiset holding x_i ``weights[b, i]`` times.
+# Up to this many arms the doubled ranks and their weighted sums of products stay below
+# 2**24 (each sum is at most ~4 n**3 / 3 over n drawn arms), where float32 holds every integer
+# exactly: the same figures as float64 at half the memory traffic. Above it, float64.
+_FLOAT32_ARMS = 230
 
-    Why not ``rankdata`` per resample: a bootstrap resample repeats and drops arms, so its ranks
-    are the counts below plus half the ties, weighted by how often each arm was drawn; that is
-    one matrix product for every resample at once (the per-resample sort was 2 s of a 171-arm
-    board's build on a 2-core host, bench/results/live_reads.md). Entries with weight 0 (not
-    drawn, or NaN) count for nothing; their own ranks are finite and unused."""
-    below = (x[None, :] < x[:, None]).astype(float)  # [j, i]: x_i < x_j (NaN compares False)
-    tied = (x[None, :] == x[:, None]).astype(float)
-    return weights @ (below + 0.5 * tied).T + 0.5
+
+def _rank_matrices(h: np.ndarray, mask: np.ndarray, dtype: type) -> np.ndarray:
+    """(k, S*k): block s holds [i, j] = 2 (h_si < h_sj) + (h_si == h_sj) for arms counted in
+    split s (``mask``), so that ``weights @ block + 1`` is twice every arm's average rank
+    within each weighted copy of that split's scores.
+
+    Why a matrix product: a bootstrap resample repeats and drops arms, so its ranks are the
+    counts below plus half the ties, weighted by how often each arm was drawn; that is one
+    product for every resample and split at once (a per-resample sort was 2 s of a 171-arm
+    board's build on a 2-core host, bench/results/live_reads.md). Doubled, every rank is an
+    integer. NaN compares False: such an arm counts for nothing and its own rank is unused."""
+    below = h[:, :, None] < h[:, None, :]  # (S, i, j)
+    tied = h[:, :, None] == h[:, None, :]
+    blocks = (2 * below + tied) * mask[:, :, None]
+    return blocks.astype(dtype).transpose(1, 0, 2).reshape(h.shape[1], -1)
 
 
 def _split_spearman(ha: np.ndarray, hb: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Per weighting (rows of ``weights``, (B, k): how often each arm is counted), the mean over
     splits (rows of ``ha``/``hb``, (S, k)) of Spearman between the halves' scores; NaN arms are
     left out of a split, and a split with fewer than ``MIN_ARMS`` arms or a constant half
-    does not count. NaN where no split counts."""
-    total = np.zeros(weights.shape[0])
-    counted = np.zeros(weights.shape[0])
-    for a, b in zip(ha, hb, strict=True):
-        w = weights * ~(np.isnan(a) | np.isnan(b))
-        n = w.sum(axis=1)
-        safe = np.maximum(n, 1.0)[:, None]
-        ra, rb = _ranks(a, w), _ranks(b, w)
-        da = ra - (w * ra).sum(axis=1, keepdims=True) / safe
-        db = rb - (w * rb).sum(axis=1, keepdims=True) / safe
-        cov = (w * da * db).sum(axis=1)
-        den = np.sqrt((w * da * da).sum(axis=1) * (w * db * db).sum(axis=1))
-        ok = (n >= MIN_ARMS) & (den > 1e-9)  # ranks are half-integers: a spread is >= 0.5
-        total[ok] += np.clip(cov[ok] / den[ok], -1.0, 1.0)
-        counted[ok] += 1
+    does not count. NaN where no split counts.
+
+    Every split and resample at once (a loop over splits was most of a board's rebuild under
+    a writer, issue 27): Pearson's r of the weighted ranks, where the ranks' weighted sum is
+    known (n (n + 1) / 2 over n counted arms, ties or not) and only the sums of products are
+    computed."""
+    n_splits, k = ha.shape
+    mask = ~(np.isnan(ha) | np.isnan(hb))
+    dtype = np.float32 if k <= _FLOAT32_ARMS else np.float64
+    w = weights.astype(dtype)
+    ra = (w @ _rank_matrices(ha, mask, dtype)).reshape(-1, n_splits, k) + 1  # 2 x rank
+    rb = (w @ _rank_matrices(hb, mask, dtype)).reshape(-1, n_splits, k) + 1
+    wm = w[:, None, :] * mask.astype(dtype)[None]  # (B, S, k): counted draws per split
+    n = (weights @ mask.T.astype(float)).astype(float)  # (B, S)
+    wra = wm * ra
+    sab = np.einsum("bsk,bsk->bs", wra, rb).astype(float)
+    saa = np.einsum("bsk,bsk->bs", wra, ra).astype(float)
+    sbb = np.einsum("bsk,bsk->bs", wm * rb, rb).astype(float)
+    centre = n * (n + 1.0) ** 2  # (sum of doubled ranks)^2 / n
+    cov, var_a, var_b = sab - centre, saa - centre, sbb - centre
+    den = np.sqrt(np.clip(var_a, 0, None) * np.clip(var_b, 0, None))
+    ok = (n >= MIN_ARMS) & (den > 1e-9)  # doubled ranks are integers: a spread is >= 1
+    corr = np.where(ok, np.clip(cov / np.where(ok, den, 1.0), -1.0, 1.0), 0.0)
+    counted = ok.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counted > 0, total / np.maximum(counted, 1), np.nan)
+        return np.where(counted > 0, corr.sum(axis=1) / np.maximum(counted, 1), np.nan)
 
 
 def rank_reliability(
@@ -264,8 +281,9 @@ def rank_reliability(
         cols = np.flatnonzero(used)
         # the draws of one rng.choice(k, k) per resample, in one call (the same stream)
         picks = rng.integers(0, len(cols), size=(bootstrap, len(cols)))
-        drawn = np.zeros((bootstrap, len(cols)))
-        np.add.at(drawn, (np.arange(bootstrap)[:, None], picks), 1.0)
+        k = len(cols)  # how often each resample drew each arm: one count over all draws
+        flat = (np.arange(bootstrap)[:, None] * k + picks).ravel()
+        drawn = np.bincount(flat, minlength=bootstrap * k).reshape(bootstrap, k).astype(float)
         corr = _split_spearman(ha[:, cols], hb[:, cols], drawn)
         boot = [to_r(float(c))[0] for c in corr if math.isfinite(c)]
         if boot:

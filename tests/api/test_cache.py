@@ -112,3 +112,60 @@ def test_a_hot_familys_reader_gets_the_previous_version_while_its_build_runs() -
         assert "build failed" in str(exc)
     else:
         raise AssertionError("a failing build was not raised to its reader")
+
+
+def test_only_the_reader_that_starts_a_build_waits_for_it() -> None:
+    """The second reader of a key building in the background takes the previous version at
+    once, even with a long fresh wait (each waiting in turn was every read's p99 under a
+    writer); the build count moves once the build that outdated a served answer is in."""
+    cache = ResponseCache(stale_window_s=5.0, fresh_wait_s=30.0)
+    family = ("board", "p")
+    cache.get_or_build((family, 1), lambda: Cached(b"v1", "text/plain"))
+    cache.get_or_build((family, 2), lambda: Cached(b"v2", "text/plain"))  # now hot
+    assert cache.builds == 0  # nothing stale was served: the fast lane's stamp stays
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> Cached:
+        started.set()
+        release.wait(10)
+        return Cached(b"v3", "text/plain")
+
+    first: list[tuple] = []
+    leader = threading.Thread(target=lambda: first.append(cache.lookup((family, 3), slow)))
+    leader.start()  # waits up to 30 s for its build
+    assert started.wait(5)
+    follower: list[tuple] = []
+    t = threading.Thread(target=lambda: follower.append(cache.lookup((family, 3), slow)))
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "the second reader waited for the build"
+    assert follower[0][0] == (family, 2) and follower[0][1].body == b"v2"
+    assert cache.builds == 0  # the newer version is not in yet
+    release.set()
+    leader.join(5)
+    assert first[0][1].body == b"v3"
+    assert cache.builds == 1  # a stale answer went out: answers stamped before are void
+
+
+def test_a_builds_parts_are_built_in_full_not_taken_stale() -> None:
+    """A page built in the background from its model: the model's new version, never the
+    previous one stored under the page's new key."""
+    cache = ResponseCache(stale_window_s=5.0, fresh_wait_s=0.01)
+    model, page = ("model", 1), ("page", 1)
+    for v in (1, 2):  # both families hot
+        cache.get_or_build((model, v), lambda v=v: Cached(b"m%d" % v, "text/plain"))
+        cache.get_or_build((page, v), lambda v=v: Cached(b"p%d" % v, "text/plain"))
+
+    def slow_model() -> Cached:
+        time.sleep(0.2)  # longer than fresh_wait_s
+        return Cached(b"m3", "text/plain")
+
+    def build_page() -> Cached:
+        part = cache.get_or_build((model, 3), slow_model)
+        return Cached(b"page of " + part.body, "text/plain")
+
+    assert cache.lookup((page, 3), build_page)[0] == (page, 2)  # its reader: the previous page
+    deadline = time.monotonic() + 5
+    while cache.get((page, 3)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.get((page, 3)).body == b"page of m3"

@@ -122,24 +122,25 @@ def _reference_split_spearman(ha: np.ndarray, hb: np.ndarray) -> float:
     return float(np.mean(rs)) if rs else math.nan
 
 
-def test_weighted_ranks_equal_resampling_arms_one_by_one() -> None:
+@pytest.mark.parametrize("k", [25, 230, 231])  # float32 up to 230 arms (exact), then float64
+def test_weighted_ranks_equal_resampling_arms_one_by_one(k: int) -> None:
     """The bootstrap's all-at-once ranks (counts of each drawn arm) give what ranking each
     resampled matrix gives, with ties, failures (-inf) and missing halves (NaN)."""
     from normfree.fidelity.reliability import _split_spearman
 
     rng = np.random.default_rng(7)
-    ha = np.round(rng.normal(size=(6, 25)), 1)  # rounding makes ties
+    ha = np.round(rng.normal(size=(6, k)), 1 if k < 100 else 3)  # rounding makes ties
     hb = np.round(ha + rng.normal(scale=0.7, size=ha.shape), 1)
     ha[0, 3] = hb[2, 5] = -math.inf
     ha[1, 4] = hb[3, 4] = ha[4, 9] = math.nan
-    picks = [rng.choice(25, 25, replace=True) for _ in range(40)]
-    weights = np.zeros((40, 25))
+    picks = [rng.choice(k, k, replace=True) for _ in range(40)]
+    weights = np.zeros((40, k))
     for b, p in enumerate(picks):
         np.add.at(weights[b], p, 1.0)
     got = _split_spearman(ha, hb, weights)
     want = [_reference_split_spearman(ha[:, p], hb[:, p]) for p in picks]
     assert np.allclose(got, want, atol=1e-12, equal_nan=True)
-    assert _split_spearman(ha, hb, np.ones((1, 25)))[0] == pytest.approx(
+    assert _split_spearman(ha, hb, np.ones((1, k)))[0] == pytest.approx(
         _reference_split_spearman(ha, hb), abs=1e-12
     )
 

@@ -134,7 +134,16 @@ def live_server_process(
         threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True).start()
         if not wait_healthy(url, proc, timeout):
             raise RuntimeError(f"server did not come up: {first}{''.join(log)[-3000:]}")
-        yield url, proc
+        try:
+            yield url, proc
+        except BaseException:
+            # the server's side of a failing test (a 500's traceback is only here): pytest
+            # shows what the test wrote to stderr beside the failure
+            print(
+                f"--- the server's log, last 6000 characters ---\n{''.join(log)[-6000:]}",
+                file=sys.stderr,
+            )
+            raise
     finally:
         proc.terminate()
         try:

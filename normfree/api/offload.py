@@ -61,6 +61,16 @@ WORKER_NICENESS = 10
 # without finishing is answered 503: the host had no idle core for it (a saturated machine,
 # training on every core), which is not the formula's fault.
 WAIT_FACTOR = 4.0
+# A job at the idle scheduling class whose worker has waited STARVED_AFTER_S in all for a
+# core (the kernel's run-queue time, /proc/PID/schedstat) is starved: other work at normal
+# priority fills every core (a study training on both), where SCHED_IDLE gets ~0.3% of a
+# core and a 1-s parse would take minutes (the submit form and POST /api/studies answered
+# 503 "busy", a fidelity page hung for minutes). It is run again at once on a worker at the
+# server's own priority, and the slot's workers keep that priority for ESCALATED_S. While
+# only the server and its clients load the cores (the hostile-client benchmark) a worker
+# waits milliseconds, so the idle class keeps the event loop's margin there.
+STARVED_AFTER_S = 2.0
+ESCALATED_S = 60.0
 MIN_WAIT_SECONDS = 30.0
 # A worker that has not said "ready" in this long is killed and its job refused with 503.
 _START_SECONDS = 120.0
@@ -74,18 +84,20 @@ _WARM_UP: tuple[tuple[str, tuple[Any, ...]], ...] = (
 )
 
 
-def _worker_main(conn: Connection, idle: bool = True) -> None:
+def _worker_main(conn: Connection, idle: bool | None = True) -> None:
     """A worker process: warm up, say ready, then run one job at a time until the pipe closes.
-    ``idle``: at the idle scheduling class (a parse worker), else only niced (the server's
+    ``idle``: at the idle scheduling class (a parse worker); False: only niced (the server's
     background worker: its lines and analyses are the server's own pages, which a host busy
-    training on every core must not starve)."""
+    training on every core must not starve); None: at the server's own priority (a parse
+    worker that replaces a starved one, :data:`STARVED_AFTER_S`)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's to handle
     exit_with_parent()
     # Background work: when parses and the server want the same cores, the server's answers
     # (every other client's reads) go first.
-    background_priority(idle)
+    if idle is not None:
+        background_priority(idle)
     warm_up()
     conn.send(("ready",))
     while True:
@@ -115,6 +127,16 @@ def cpu_seconds(pid: int) -> float | None:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def runqueue_seconds(pid: int) -> float | None:
+    """Time process ``pid``'s main thread has spent runnable but waiting for a core
+    (``/proc/PID/schedstat``, Linux); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
 
@@ -192,6 +214,9 @@ class _Slot:
         self.process: Any = None
         self.conn: Connection | None = None
         self.replaced = 0  # how many times this slot's process was killed (tests read it)
+        self.escalated = 0  # jobs run again at the server's priority after starving
+        self._escalated_until = 0.0  # until then, workers start at the server's priority
+        self._started_at: bool | None = idle  # the running worker's priority
         # The server's warm start (``OffloadPool.start``) and a first request may both start
         # this slot; unlocked, the request could take the worker's "ready" for its answer.
         self._starting = threading.Lock()
@@ -203,34 +228,50 @@ class _Slot:
     def _start(self) -> None:
         ctx = _context()
         parent, child = ctx.Pipe()
+        priority = self._priority()
         proc = ctx.Process(
             target=_worker_main,
-            args=(child, self.idle),
+            args=(child, priority),
             name=f"normfree-offload-{self.index}",
             daemon=True,
         )
         proc.start()
         child.close()
-        self.process, self.conn = proc, parent
+        self.process, self.conn, self._started_at = proc, parent, priority
         if not parent.poll(_START_SECONDS):
             self.kill()
             raise TimeoutError("the worker did not start")
         parent.recv()
 
+    def _priority(self) -> bool | None:
+        """What the next worker runs at (``_worker_main``'s ``idle``)."""
+        if self.idle and time.monotonic() < self._escalated_until:
+            return None
+        return self.idle
+
     def ensure_started(self) -> None:
         with self._starting:
-            if self.process is None or not self.process.is_alive():
+            if (
+                self.process is None
+                or not self.process.is_alive()
+                or self._started_at != self._priority()  # an escalation began or ended
+            ):
                 self.kill()
                 self._start()
 
-    def _watch(self, conn: Connection, pid: int, seconds: float, wait: float) -> str | None:
+    def _watch(
+        self, conn: Connection, pid: int, seconds: float, wait: float, idle: bool = False
+    ) -> str | None:
         """Wait for the job's answer: None once it is there, ``"timeout"`` when the worker
         has used ``seconds`` of CPU on it (wall-clock where CPU time cannot be read), ``"busy"``
-        when ``wait`` seconds have passed first. Checked every ``step``: a tenth of a second at
-        most, so a 15 s limit holds within 1%, and a blocked thread's read of ``/proc`` ten
-        times a second costs the server nothing it would notice."""
+        when ``wait`` seconds have passed first, ``"starved"`` (``idle`` workers) when it has
+        waited :data:`STARVED_AFTER_S` for a core since the job began. Checked
+        every ``step``: a tenth of a second at most, so a 15 s limit holds within 1%, and a
+        blocked thread's read of ``/proc`` ten times a second costs the server nothing it
+        would notice."""
         t0 = time.monotonic()
         cpu0 = cpu_seconds(pid)
+        rq0 = runqueue_seconds(pid) if idle else None
         step = max(0.005, min(0.1, seconds / 4))
         while not conn.poll(step):
             waited = time.monotonic() - t0
@@ -240,6 +281,10 @@ class _Slot:
                 return "timeout"
             if waited >= wait:
                 return "busy"
+            if idle and rq0 is not None and waited >= STARVED_AFTER_S:
+                rq = runqueue_seconds(pid)
+                if rq is not None and rq - rq0 >= STARVED_AFTER_S:
+                    return "starved"
         return None
 
     def kill(self) -> None:
@@ -257,24 +302,36 @@ class _Slot:
         """Blocking: the job's outcome, ``("timeout",)`` once it has used ``seconds`` of CPU,
         ``("busy",)`` once it has waited ``wait`` seconds (default: :func:`wait_limit`) (the
         process is killed in both; the next job starts a fresh one) or ``("crash", text)``."""
-        try:
-            self.ensure_started()
-        except Exception as exc:
-            return ("unavailable", f"{type(exc).__name__}: {exc}")
-        conn, proc = self.conn, self.process  # a close() on another thread may clear them:
-        assert conn is not None and proc is not None  # the pipe then fails
-        try:
-            conn.send((target, args))
-            over = self._watch(conn, proc.pid, seconds, wait or wait_limit(seconds))
-            if over is not None:
+        t0 = time.monotonic()
+        wait = wait or wait_limit(seconds)
+        while True:
+            try:
+                self.ensure_started()
+            except Exception as exc:
+                return ("unavailable", f"{type(exc).__name__}: {exc}")
+            conn, proc = self.conn, self.process  # a close() on another thread may clear
+            assert conn is not None and proc is not None  # them: the pipe then fails
+            idle = self._started_at is True  # only an idle-class worker can starve
+            try:
+                conn.send((target, args))
+                left = max(0.0, wait - (time.monotonic() - t0))
+                over = self._watch(conn, proc.pid, seconds, left, idle=idle)
+                if over == "starved":  # again, at once, at the server's priority
+                    self.kill()
+                    self.replaced += 1
+                    self.escalated += 1
+                    self._escalated_until = time.monotonic() + ESCALATED_S
+                    log.info("offload job %s starved at the idle class; run again", target)
+                    continue
+                if over is not None:
+                    self.kill()
+                    self.replaced += 1
+                    return (over,)
+                return conn.recv()
+            except (EOFError, OSError) as exc:
                 self.kill()
                 self.replaced += 1
-                return (over,)
-            return conn.recv()
-        except (EOFError, OSError) as exc:
-            self.kill()
-            self.replaced += 1
-            return ("crash", f"the worker process died ({type(exc).__name__})")
+                return ("crash", f"the worker process died ({type(exc).__name__})")
 
 
 def wait_limit(seconds: float) -> float:

@@ -91,6 +91,50 @@ def test_the_time_limit_counts_cpu_time_not_waiting() -> None:
         pool.close()
 
 
+def burn(n: int) -> int:
+    """A job of a fixed amount of CPU work (unlike ``spin``, which ends by the clock)."""
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+@linux_only
+def test_a_job_starved_by_normal_priority_work_runs_again_at_the_servers_priority() -> None:
+    """A study training on every core starves the idle class (~0.3% of a core): a parse, a
+    study's check or a fidelity report waited out the wait limit and answered 503, or a page
+    hung. Once a job has waited STARVED_AFTER_S for a core, it runs again on a worker at the
+    server's priority, and gets its answer."""
+    import subprocess
+    import sys
+
+    from normfree.api import offload
+
+    if offload.runqueue_seconds(os.getpid()) is None:
+        pytest.skip("no /proc/PID/schedstat here: starvation cannot be seen")
+    pool = OffloadPool(workers=1, seconds=30.0, wait=25.0)
+    hogs: list[subprocess.Popen[bytes]] = []
+    try:
+        _run(pool.call("a", "math:sqrt", 1.0))  # started, at the idle class
+        slot = pool.slots[0]
+        assert os.sched_getscheduler(slot.pid) == os.SCHED_IDLE
+        for _ in range((os.cpu_count() or 2) + 1):  # normal priority on every core
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert _run(pool.call("a", "tests.api.test_offload:burn", 2_000_000)) == burn(2_000_000)
+        assert time.monotonic() - t0 < 20  # not the wait limit's 503
+        assert slot.escalated == 1
+        assert os.sched_getscheduler(slot.pid) == os.SCHED_OTHER  # the server's priority
+        # later jobs within the escalation go to that worker without starving first
+        assert _run(pool.call("a", "math:sqrt", 9.0)) == 3.0 and slot.escalated == 1
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        pool.close()
+
+
 def test_an_api_error_raised_in_a_worker_arrives_as_itself() -> None:
     pool = OffloadPool(workers=1, seconds=60.0)
     try:

@@ -236,6 +236,12 @@ class ResponseCache:
         _building_here.depth = getattr(_building_here, "depth", 0) + 1
         try:
             value = build()
+        except BaseException:
+            with self._lock:
+                # answers replayed meanwhile (the previous version) would stay replayed
+                # until the next commit, and no reader would come to build it again
+                self._void_stale(family)
+            raise
         finally:
             _building_here.depth -= 1
             with self._lock:
@@ -259,10 +265,15 @@ class ResponseCache:
             self._latest.move_to_end(family)
             while len(self._latest) > self.max_entries:
                 self._latest.popitem(last=False)
-            if family in self._stale_out:  # after the entry is in: a reader that sees the
-                self._stale_out.discard(family)  # new count finds it
-                self.builds += 1
-        return value
+            self._void_stale(family)  # after the entry is in: a reader that sees the new
+        return value  # count finds it
+
+    def _void_stale(self, family: Hashable) -> None:
+        """A build of ``family`` ended (under the lock): if the family served its previous
+        version meanwhile, move ``builds`` so the fast lane stops replaying that answer."""
+        if family in self._stale_out:
+            self._stale_out.discard(family)
+            self.builds += 1
 
     def get_or_build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Any:
         """The value for ``key`` (or its family's latest while another request builds)."""

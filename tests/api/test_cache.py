@@ -169,3 +169,29 @@ def test_a_builds_parts_are_built_in_full_not_taken_stale() -> None:
     while cache.get((page, 3)) is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert cache.get((page, 3)).body == b"page of m3"
+
+
+def test_a_failed_build_voids_the_previous_version_it_let_out() -> None:
+    """A background build that fails moves the build count like one that succeeds: the fast
+    lane replayed its family's previous version while it ran, and would go on replaying it
+    until the next commit with no reader left to build the new version again."""
+    cache = ResponseCache(stale_window_s=5.0, fresh_wait_s=0.01)
+    family = ("board", "p")
+    cache.get_or_build((family, 1), lambda: Cached(b"v1", "text/plain"))
+    cache.get_or_build((family, 2), lambda: Cached(b"v2", "text/plain"))  # now hot
+    release = threading.Event()
+
+    def broken() -> Cached:
+        release.wait(5)
+        raise RuntimeError("build failed")
+
+    served, value = cache.lookup((family, 3), broken)  # waits 10 ms, then the previous version
+    assert served == (family, 2) and value.body == b"v2"
+    assert cache.builds == 0
+    release.set()
+    deadline = time.monotonic() + 5
+    while cache.builds == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.builds == 1
+    # the next reader of the new version builds it again (here it succeeds)
+    assert cache.lookup((family, 3), lambda: Cached(b"v3", "text/plain"))[1].body == b"v3"

@@ -9,20 +9,34 @@ would leave "/" and "?" unescaped (a ratio formula's page would answer 500).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote
 
 from jinja2 import pass_context
 
 
+@lru_cache(maxsize=4096)
 def candidate_key(name: str) -> str:
     """``name`` as one URL path segment: every character outside [A-Za-z0-9_.~-] escaped."""
     return quote(str(name), safe="")
 
 
 def candidate_url(request: Any, name: str) -> str:
-    """The absolute URL of ``name``'s candidate page (under the app's root path)."""
-    return f"{request.url_for('page_candidates')}/{candidate_key(name)}"
+    """The absolute URL of ``name``'s candidate page (under the app's root path).
+
+    The candidates page's URL is looked up once per request and kept in its scope: a board
+    page links every row, and each ``url_for`` walks the routers (raising and catching a
+    ``NoMatchFound`` per router that does not hold the name): 15% of a 171-arm board page's
+    rebuild under a writer (bench/results/live_reads.md)."""
+    scope = request.scope
+    base = scope.get(_CANDIDATES_URL)
+    if base is None:
+        base = scope[_CANDIDATES_URL] = str(request.url_for("page_candidates"))
+    return f"{base}/{candidate_key(name)}"
+
+
+_CANDIDATES_URL = "normfree.candidates_url"
 
 
 def name_in_path(request: Any, decoded: str) -> str:

@@ -265,8 +265,9 @@ class ResponseCache:
             self._latest.move_to_end(family)
             while len(self._latest) > self.max_entries:
                 self._latest.popitem(last=False)
-            self._void_stale(family)  # after the entry is in: a reader that sees the new
-        return value  # count finds it
+            # after the entry is in: a reader that sees the new count finds it
+            self._void_stale(family)
+        return value
 
     def _void_stale(self, family: Hashable) -> None:
         """A build of ``family`` ended (under the lock): if the family served its previous

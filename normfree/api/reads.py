@@ -106,13 +106,25 @@ def leaderboard(
     key: Key | None = None,
     archived: bool = False,
 ) -> S.LeaderboardPublic:
-    """``services.leaderboard``, built once per key."""
+    """``services.leaderboard``, built once per key; its ranked rows once per key without the
+    fidelity line's stamp (a line landing re-attaches the line, it does not rank again)."""
     key = key or leaderboard_key(state, proxy, group, properties, study_id, archived)
+    versions, (enriched, _line) = key[1]
+    ranked = state.cache.get_or_build(
+        derived("leaderboard-rows", (key[0], (versions, enriched))),
+        lambda: services.leaderboard(
+            state,
+            proxy,
+            group=group,
+            properties=properties,
+            study_id=study_id,
+            archived=archived,
+            line=False,
+        ),
+    )
     return state.cache.get_or_build(
         derived("leaderboard-model", key),
-        lambda: services.leaderboard(
-            state, proxy, group=group, properties=properties, study_id=study_id, archived=archived
-        ),
+        lambda: services.with_line(state, ranked, study_id),
     )
 
 

@@ -35,7 +35,9 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -47,6 +49,12 @@ BOOTSTRAP_SEED = 0  # deterministic for the same values
 CONFIDENCE = 0.95
 MAX_SPLITS = 64  # balanced splits enumerated up to this many; a random sample beyond
 MIN_ARMS = 3  # a rank correlation over fewer arms says nothing
+# A live board is rebuilt at every commit of a study writing to it (five a second, issue 27),
+# and its bootstrap was most of that rebuild (bench/results/live_reads.md), while one more seed
+# of one arm moves the interval far less than the interval's own resampling error. So a caller
+# that names a family (``reuse=``) carries the family's last interval over while at most this
+# share of its values changed since it was bootstrapped; the point estimate is always current.
+REUSE_SHARE = 0.02
 
 # arm -> seed -> value; None (or NaN) means the seed failed to train
 ArmValues = Mapping[str, Mapping[int, float | None]]
@@ -67,6 +75,9 @@ class Reliability:
     target: float
     splits: int  # seed splits averaged over
     reason: str | None = None  # why ``reliability`` is None
+    # values (arm, seed) changed since the interval was bootstrapped: 0 when it is of these
+    # values; a family's interval is carried over while few changed (``REUSE_SHARE``)
+    interval_behind: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +89,9 @@ class Reliability:
         out = f"rank reliability {self.reliability:.2f}"
         if self.low is not None and self.high is not None:
             out += f" [{self.low:.2f}, {self.high:.2f}]"
+            if self.interval_behind:
+                n = self.interval_behind
+                out += f" (interval {n} value{'s' if n > 1 else ''} old)"
         out += f" at {self.seeds} seeds over {self.arms} arms"
         if self.seeds_for_target is None:
             out += f"; no seed count reaches {self.target:g}"
@@ -230,6 +244,71 @@ def _split_spearman(ha: np.ndarray, hb: np.ndarray, weights: np.ndarray) -> np.n
         return np.where(counted > 0, corr.sum(axis=1) / np.maximum(counted, 1), np.nan)
 
 
+class IntervalMemo:
+    """The last bootstrap interval of each family (a board, a study's cells), with the values
+    it was bootstrapped from: :func:`rank_reliability` reuses it while the family's values
+    differ from those in at most ``REUSE_SHARE`` of their (arm, seed) cells, and the same arms
+    and seed splits entered. Bounded (LRU); shared by a process's threads."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[Any, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(
+        self, family: Hashable, values: ArmValues, shape: tuple[Any, ...]
+    ) -> tuple[float | None, float | None, int] | None:
+        """(low, high, cells changed since) of ``family``'s interval if it may be reused."""
+        with self._lock:
+            found = self._items.get(family)
+            if found is not None:
+                self._items.move_to_end(family)
+        if found is None or found[0] != shape:
+            return None
+        _shape, then, low, high = found
+        changed = _changed_cells(then, values)
+        cells = sum(len(v) for v in values.values())
+        if changed > max(1, int(REUSE_SHARE * cells)):
+            return None
+        return low, high, changed
+
+    def put(
+        self,
+        family: Hashable,
+        values: ArmValues,
+        shape: tuple[Any, ...],
+        low: float | None,
+        high: float | None,
+    ) -> None:
+        snapshot = {a: dict(v) for a, v in values.items()}
+        with self._lock:
+            self._items[family] = (shape, snapshot, low, high)
+            self._items.move_to_end(family)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+def _changed_cells(then: ArmValues, now: ArmValues) -> int:
+    """(arm, seed) cells added, removed or changed between two value sets."""
+    changed = 0
+    for arm in then.keys() | now.keys():
+        a, b = then.get(arm, {}), now.get(arm, {})
+        if a == b:
+            continue
+        changed += sum(1 for s in a.keys() | b.keys() if a.get(s, _MISSING) != b.get(s, _MISSING))
+    return changed
+
+
+_MISSING = object()
+
+# A process's intervals by family (the API's boards and study cells).
+LIVE = IntervalMemo()
+
+
 def rank_reliability(
     values: ArmValues,
     *,
@@ -239,11 +318,16 @@ def rank_reliability(
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
     max_splits: int = MAX_SPLITS,
+    reuse: Hashable | None = None,
+    memo: IntervalMemo | None = None,
 ) -> Reliability:
     """The split-seed rank reliability of ``values`` (arm -> seed -> value, None = failed).
 
     ``direction`` says which end is good (failures rank at the bad end). Deterministic for the
-    same input (the bootstrap and any split sample use ``seed``).
+    same input (the bootstrap and any split sample use ``seed``). With ``reuse`` (a family's
+    name) the family's last interval in ``memo`` (default :data:`LIVE`) is carried over while
+    few of its values changed (``REUSE_SHARE``; the result says how many in
+    ``interval_behind``); everything else is of ``values``.
     """
     sign = 1.0 if direction == "maximize" else -1.0
     arms = [a for a, cells in values.items() if cells]
@@ -277,7 +361,15 @@ def rank_reliability(
 
     rel, rho = to_r(r)
     low = high = None
-    if bootstrap > 0:
+    behind = 0
+    memo = memo if memo is not None else LIVE
+    # the arms that enter, in any order (a board lists them by rank, which a commit reorders)
+    entered = tuple(sorted(arms[i] for i in np.flatnonzero(used)))
+    shape = (direction, bootstrap, seed, confidence, n, tuple(splits), entered)
+    carried = memo.get(reuse, values, shape) if reuse is not None and bootstrap > 0 else None
+    if carried is not None:
+        low, high, behind = carried
+    elif bootstrap > 0:
         cols = np.flatnonzero(used)
         # the draws of one rng.choice(k, k) per resample, in one call (the same stream)
         picks = rng.integers(0, len(cols), size=(bootstrap, len(cols)))
@@ -289,6 +381,8 @@ def rank_reliability(
         if boot:
             tail = (1 - confidence) / 2 * 100
             low, high = (float(x) for x in np.percentile(boot, [tail, 100 - tail]))
+        if reuse is not None:
+            memo.put(reuse, values, shape, low, high)
     return Reliability(
         reliability=rel,
         low=low,
@@ -300,6 +394,7 @@ def rank_reliability(
         seeds_for_target=seeds_needed(rho, target),
         target=target,
         splits=len(splits),
+        interval_behind=behind,
     )
 
 
@@ -340,7 +435,10 @@ def board_reliability(rows: Sequence[Mapping[str, Any]], **kwargs: Any) -> Relia
 
 
 __all__ = [
+    "LIVE",
+    "REUSE_SHARE",
     "TARGET",
+    "IntervalMemo",
     "Reliability",
     "board_reliability",
     "rank_reliability",

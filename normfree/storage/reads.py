@@ -99,10 +99,17 @@ def _plain_rows(result: Any) -> list[dict[str, Any]]:
 
 
 def study_trial_rows(
-    conn: Any, study_id: int, fields: Sequence[str] = TRIAL_LIST_FIELDS
+    conn: Any,
+    study_id: int,
+    fields: Sequence[str] = TRIAL_LIST_FIELDS,
+    *,
+    since: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """Every trial of one study, by id, with only ``fields`` (for its cells)."""
+    """Every trial of one study, by id, with only ``fields`` (for its cells); with ``since``,
+    only those written at or after it (``api.study_rows`` keeps the rest)."""
     q = sa.select(*_columns(fields)).where(TrialRow.study_id == study_id).order_by(TrialRow.id)
+    if since is not None:
+        q = q.where(TrialRow.updated_at >= since)
     return _plain_rows(conn.execute(q))
 
 

@@ -29,6 +29,7 @@ plans some trials as it goes, so its ETA covers what is planned now.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -134,13 +135,33 @@ def arm_of(
     to, the seed dropped: the one spelling of a study's arms (its cells, its best arm, what
     ``/compare?study=N&arm=LABEL`` names). One function is one arm however it was spelled
     (``storage.leaderboard.identity``); the label (``arm_text``) names the function, the
-    transform value and the options, so (label, baseline) tells arms apart."""
+    transform value and the options, so (label, baseline) tells arms apart.
+
+    Remembered by its inputs: a study's cells, best arm and reliability ask it of each of its
+    trials at every commit of a live study (3,000 calls a rebuild at 1,000 trials, issue 27),
+    and a study has few distinct arms."""
+    axes = trial.get("axis_values")
+    # the seed dropped first: a study's arms, not its trials, are what is remembered
+    items = (
+        tuple((k, v) for k, v in axes.items() if k != "seed") if isinstance(axes, Mapping) else ()
+    )
+    try:
+        function, label, baseline, value, ax = _arm_of(str(trial["candidate"]), items, transform)
+    except TypeError:  # an unhashable axis value (a list): computed, not remembered
+        function, label, baseline, value, ax = _arm_of.__wrapped__(
+            str(trial["candidate"]), items, transform
+        )
+    return function, label, baseline, value, dict(ax)  # the caller's own options
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _arm_of(
+    candidate: str, items: tuple[tuple[str, Any], ...], transform: str | None
+) -> tuple[str, str, bool, float | None, dict[str, Any]]:
     from normfree.storage.leaderboard import arm_text, identity
 
-    axes = trial.get("axis_values")
-    ax = dict(axes) if isinstance(axes, Mapping) else {}
-    ax.pop("seed", None)
-    function = identity(str(ax.pop("function", trial["candidate"])))
+    ax = dict(items)
+    function = identity(str(ax.pop("function", candidate)))
     baseline = bool(ax.pop("baseline", False))
     value = ax.pop(transform, None) if transform else None
     if isinstance(value, float) and not math.isfinite(value):

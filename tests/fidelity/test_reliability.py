@@ -178,3 +178,50 @@ def test_the_single_seed_reliability_of_unequal_halves_solves_the_model(a: int, 
         assert math.sqrt(spearman_brown(rho, a) * spearman_brown(rho, b)) == pytest.approx(
             r, abs=1e-12
         )
+
+
+def test_a_family_carries_its_interval_over_while_few_values_change() -> None:
+    """A live board (issue 27) bootstraps again only once more than ``REUSE_SHARE`` of its
+    values changed; its point estimate is always of the values given, and it says how old its
+    interval is."""
+    from normfree.fidelity.reliability import REUSE_SHARE, IntervalMemo
+
+    memo = IntervalMemo()
+    values = synthetic(100, 6, 1.0, 1.5)  # 600 cells: up to 12 may change
+    first = rank_reliability(values, reuse="board", memo=memo)
+    assert first.interval_behind == 0
+    limit = int(REUSE_SHARE * 600)
+    moved = {a: dict(v) for a, v in values.items()}
+    for i in range(limit):
+        moved[f"a{i}"][0] += 3.0  # one seed of each of `limit` arms
+    carried = rank_reliability(moved, reuse="board", memo=memo)
+    fresh = rank_reliability(moved)
+    assert carried.interval_behind == limit
+    assert (carried.low, carried.high) == (first.low, first.high)
+    assert (carried.low, carried.high) != (fresh.low, fresh.high)
+    assert carried.reliability == fresh.reliability  # the point estimate is current
+    assert f"interval {limit} values old" in carried.text()
+    # one more changed value: bootstrapped again, on these values
+    moved[f"a{limit}"][1] -= 3.0
+    again = rank_reliability(moved, reuse="board", memo=memo)
+    assert again.interval_behind == 0
+    assert again == rank_reliability(moved)
+    # a new arm (the arms entering the bootstrap changed) never reuses an interval
+    moved["new"] = {s: 0.0 for s in range(6)}
+    assert rank_reliability(moved, reuse="board", memo=memo) == rank_reliability(moved)
+    # another family, or none, is its own
+    assert rank_reliability(values, reuse="other", memo=memo) == first
+
+
+def test_a_reordered_family_still_carries_its_interval() -> None:
+    """A board lists its arms by rank, and a commit reorders them: the same arms in another
+    order are the same family's arms."""
+    from normfree.fidelity.reliability import IntervalMemo
+
+    memo = IntervalMemo()
+    values = synthetic(60, 4, 1.0, 1.0)
+    first = rank_reliability(values, reuse="board", memo=memo)
+    moved = dict(reversed(list(values.items())))
+    moved["a0"] = {**moved["a0"], 0: moved["a0"][0] + 1.0}
+    carried = rank_reliability(moved, reuse="board", memo=memo)
+    assert carried.interval_behind == 1 and (carried.low, carried.high) == (first.low, first.high)

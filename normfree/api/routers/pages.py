@@ -26,6 +26,7 @@ from normfree.api import (
     fidelity,
     lines,
     links,
+    page_format,
     plots,
     prescreens,
     reads,
@@ -80,46 +81,10 @@ class PageParts:
         self.notices.append(text)
 
 
-# Properties shown as badges, in this order, when the candidate has them (flattened names).
-_BADGE_ORDER = ("zero_centred", "odd", "bounded", "monotone", "smooth", "differentiable")
-
-
-def _badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
-    """Short badges for a candidate's properties: true flags, and the growth/monotone kind."""
-    flat = services.property_flags(props)
-    out: list[dict[str, str]] = []
-    seen: set[str] = set()
-
-    def short(key: str) -> str:
-        return key.rsplit(".", 1)[-1]
-
-    keys = sorted(
-        flat,
-        key=lambda k: (
-            _BADGE_ORDER.index(short(k)) if short(k) in _BADGE_ORDER else len(_BADGE_ORDER),
-            k,
-        ),
-    )
-    for key in keys:
-        value = flat[key]
-        label = short(key).replace("_", " ")
-        if label in seen:
-            continue
-        if value is True:
-            out.append({"label": label, "cls": "", "title": f"{key} = true"})
-            seen.add(label)
-        elif isinstance(value, str) and value and short(key) in ("monotone", "growth", "kind"):
-            out.append({"label": f"{label}: {value}", "cls": "no", "title": key})
-            seen.add(label)
-        if len(out) >= 6:
-            break
-    return out
-
-
 def install_filters(templates: Jinja2Templates) -> None:
     from normfree.api.search import search_kinds
 
-    templates.env.filters["property_badges"] = _badges
+    page_format.install(templates.env)
     templates.env.globals["search_kinds"] = search_kinds()  # the kinds with a search view
     links.install(templates.env)
 

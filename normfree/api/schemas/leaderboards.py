@@ -87,6 +87,11 @@ class ReliabilityPublic(_Out):
     target: float = 0.8
     splits: int = 0
     reason: str | None = Field(default=None, description="Why `reliability` is null.")
+    interval_behind: int = Field(
+        default=0,
+        description="Values (arm, seed) changed since the interval was bootstrapped: 0 when it "
+        "is of the values shown. A live board carries its interval over while under 2% changed.",
+    )
     text: str = Field(description="The one-line caption every view prints.")
 
 

@@ -48,6 +48,7 @@ from normfree.api.services.leaderboards import (
     leaderboard,
     proxies_with_results,
     warm_up,
+    with_line,
 )
 from normfree.api.services.state import ServiceState, open_repository
 from normfree.api.services.studies import (
@@ -113,4 +114,5 @@ __all__ = [
     "trial_public",
     "validate_study",
     "warm_up",
+    "with_line",
 ]

@@ -101,8 +101,10 @@ def leaderboard(
     properties: list[str] | None = None,
     study_id: int | None = None,
     archived: bool = False,
+    line: bool = True,
 ) -> S.LeaderboardPublic:
-    """The board of ``proxy``; archived studies and arms count only with ``archived``."""
+    """The board of ``proxy``; archived studies and arms count only with ``archived``.
+    ``line=False`` leaves the fidelity line out (:func:`with_line` adds it)."""
     from normfree.storage.leaderboard import arm_text, row_options
 
     extra = {"archived": True} if archived else {}
@@ -159,7 +161,7 @@ def leaderboard(
         "archived": archived,
     }
     unreadable: list[str] = []
-    fid = _fidelity_line(state, proxy, study_id, unreadable)
+    fid = _fidelity_line(state, proxy, study_id, unreadable) if line else None
     return S.LeaderboardPublic(
         proxy=proxy,
         objective=objective,
@@ -167,10 +169,36 @@ def leaderboard(
         filters={k: v for k, v in filters.items() if v},
         fidelity=fid,
         caveats=_caveats(proxy, out, objective),
-        reliability=reliability_public(board_reliability(shown)),
+        # a live board's interval carries over while few values changed (fidelity.reliability)
+        reliability=reliability_public(
+            board_reliability(
+                shown,
+                reuse=(
+                    "board",
+                    state.db.url,
+                    proxy,
+                    group,
+                    tuple(properties or ()),
+                    study_id,
+                    archived,
+                ),
+            )
+        ),
         rows=out,
         unreadable=unreadable,
     )
+
+
+def with_line(
+    state: ServiceState, board: S.LeaderboardPublic, study_id: int | None = None
+) -> S.LeaderboardPublic:
+    """``board`` (built with ``line=False``) with its fidelity line as it stands now: the line
+    is computed beside the reads and lands after the board's data moved (``api.lines``), and
+    re-ranking 171 arms each time it landed was a second board build per commit of a live
+    study (issue 27)."""
+    unreadable = [u for u in board.unreadable if u != "fidelity"]
+    fid = _fidelity_line(state, board.proxy, study_id, unreadable)
+    return board.model_copy(update={"fidelity": fid, "unreadable": unreadable})
 
 
 def _fidelity_line(

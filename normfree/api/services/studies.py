@@ -331,7 +331,7 @@ def _study_cells(
     cells' rank reliability) of a study, built once per ``key``."""
 
     def build() -> tuple[list[S.StudyCell], Any, Any, Any, list[str], progress.BestArm | None, Any]:
-        from normfree.storage import reads
+        from normfree.api import study_rows
 
         fields = (
             "candidate", "seed", "status", "axis_values", "objective", "direction", "value",
@@ -341,7 +341,7 @@ def _study_cells(
             # no finite() over the rows: values are FiniteFloat columns (NULL when not finite)
             # and _cells keeps only finite axis values; walking 1,000 rows cost a third of
             # the build
-            trials = reads.study_trial_rows(conn, row["id"], fields)
+            trials = study_rows.rows(conn, state.db.url, row["id"], fields)
         spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
         unreadable = _unreadable_axes(trials)
         cells, objective, direction = _cells(trials, spec)
@@ -354,7 +354,8 @@ def _study_cells(
                 pass
         generate = _kind_report(state, row["kind"], row["id"])
         best = progress.best_arm(trials, spec.get("transform"), direction or "maximize")
-        rel = _cells_reliability(trials, spec.get("transform"), direction or "maximize")
+        family = ("study", state.db.url, row["id"])
+        rel = _cells_reliability(trials, spec.get("transform"), direction or "maximize", family)
         return cells, objective, direction, generate, unreadable, best, rel
 
     from normfree.api.search_importance import landed
@@ -365,10 +366,11 @@ def _study_cells(
 
 
 def _cells_reliability(
-    trials: list[dict[str, Any]], transform: str | None, direction: str
+    trials: list[dict[str, Any]], transform: str | None, direction: str, family: Any = None
 ) -> S.ReliabilityPublic:
     """The split-seed rank reliability of a study's cells (arms grouped as the cells group
-    them: ``workers.progress.arm_of``); a diverged seed ranks last, as in fidelity."""
+    them: ``workers.progress.arm_of``); a diverged seed ranks last, as in fidelity. ``family``
+    names the study, so that a live study's interval carries over (``fidelity.reliability``)."""
     from normfree.api.services.leaderboards import reliability_public
     from normfree.fidelity.reliability import rank_reliability
 
@@ -381,7 +383,8 @@ def _cells_reliability(
             continue  # completed without the objective: says nothing
         arm = repr(progress.arm_of(t, transform))
         values.setdefault(arm, {})[int(t["seed"])] = v
-    return reliability_public(rank_reliability(values, direction=direction))  # type: ignore[arg-type]
+    rel = rank_reliability(values, direction=direction, reuse=family)  # type: ignore[arg-type]
+    return reliability_public(rel)
 
 
 def _unreadable_axes(trials: list[dict[str, Any]]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -105,8 +106,9 @@ def create_app(
     )
 
     settings = settings or get_settings()
-    if freeze_heap:
+    if freeze_heap:  # a server process (``normfree serve``)
         services.FREEZE_HEAP.set()
+        sys.setswitchinterval(settings.gil_switch_interval_s)
     state = services.ServiceState.open(
         settings, migrate=migrate, run_studies=run_studies, prescreen=prescreen
     )

@@ -79,3 +79,43 @@ def test_a_servers_first_fidelity_line_leaves_nothing_for_full_collections_to_wa
     assert proc.returncode == 0, proc.stderr[-3000:]
     left = int(proc.stdout.strip().splitlines()[-1])
     assert left < 5_000, f"{left} objects from the first line stay in the collector's reach"
+
+
+_SWITCH = """
+import sys, tempfile
+from normfree.api.app import create_app
+from normfree.settings import Settings
+
+url = f"sqlite:///{tempfile.mkdtemp()}/switch.db"
+create_app(Settings(database_url=url), run_studies=False, prescreen=False)
+print(sys.getswitchinterval())
+create_app(
+    Settings(database_url=url, gil_switch_interval_s=0.002),
+    run_studies=False, prescreen=False, freeze_heap=True,
+)
+print(sys.getswitchinterval())
+"""
+
+
+def test_a_server_hands_the_gil_over_at_its_setting_and_a_test_app_leaves_it() -> None:
+    """Under a writer the builds hold the GIL and the event loop waited up to an interval for
+    it each time it gave it up (issue 27): a server process (``freeze_heap``) shortens it; an
+    app built in another process (a test, a notebook) leaves that process's interval alone."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SWITCH],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plain, server = (float(x) for x in proc.stdout.split()[-2:])
+    assert plain == 0.005  # Python's default, untouched
+    assert server == 0.002

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import re
 import sqlite3
@@ -61,6 +62,13 @@ log = logging.getLogger(__name__)
 
 SCOPE_KEY = "normfree.fastlane"  # the per-request marker a route sets through allow()
 _SKIP = {b"authorization", b"cookie", b"if-none-match"}
+# The database generation read at this request's start, for the app's own reads of versions
+# (``api.reads.at_generation``): what a key reads cannot have changed while it holds. Set only
+# for requests that take the lane; each request runs in its own task, so in its own context.
+GENERATION: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar(
+    "normfree_generation", default=None
+)
+
 # How long a request waits for the same read in flight before going through the app itself:
 # a cached read's slow path takes a few ms; a rebuild can take seconds.
 SHARE_WAIT_S = 0.05
@@ -265,6 +273,7 @@ class FastLane:
         if generation is None:
             await self.app(scope, receive, send)
             return
+        GENERATION.set((id(self), generation))
         stamp = (generation, self.local())
         key = (scope["path"], scope["query_string"], gz, host, scope.get("scheme"))
         if await self._replay(key, stamp, send):

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import lines, search_importance, services
+from normfree.api import fastlane, lines, search_importance, services
 from normfree.api import schemas as S
 from normfree.api.errors import not_found
 from normfree.storage import reads
@@ -37,6 +39,59 @@ Key = tuple[Hashable, Hashable]  # (family: what is shown, version: what it depe
 
 def _versions(conn: Any, *scopes: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(reads.versions(conn, [*scopes, "database"]).items()))
+
+
+class GenerationMemo:
+    """The database reads of keys, kept for the database generation they were read at.
+
+    Why: under a writer (five commits a second, 32 readers) the event loop spent half its time
+    in the small version queries of keys (a board's read versions, a study's stamp, the proxies
+    with results), and each query gives the GIL up and waits to take it back from the builds
+    (bench/results/live_reads.md). Between two commits the answers are the same: a request that
+    took the fast lane carries the generation read at its start (``fastlane.GENERATION``), and a
+    read done for that generation serves every later request at the same one. Safe because the
+    generation is read before the query: a value kept under it is at least as new as it, and a
+    commit after it moves the generation of every later request. Requests without one (a token,
+    a conditional request, tests' direct calls) read as before.
+    """
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[Hashable, tuple[Hashable, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def read(self, what: Hashable, fn: Callable[[], T]) -> T:
+        generation = fastlane.GENERATION.get()
+        if generation is None:
+            return fn()
+        with self._lock:
+            held = self._entries.get(what)
+            if held is not None and held[0] == generation:
+                self._entries.move_to_end(what)
+                self.hits += 1
+                return held[1]  # type: ignore[no-any-return]
+        value = fn()
+        with self._lock:
+            self._entries[what] = (generation, value)
+            self._entries.move_to_end(what)
+            while len(self._entries) > self.MAX_ENTRIES:
+                self._entries.popitem(last=False)
+        return value
+
+
+def at_generation(state: services.ServiceState, what: Hashable, fn: Callable[[], T]) -> T:
+    """``fn()``, a read of the database only, or its value kept for this request's generation."""
+    return state.generation_memo.read(what, fn)
+
+
+def _read_versions(state: services.ServiceState, *scopes: str) -> tuple[tuple[str, int], ...]:
+    def read() -> tuple[tuple[str, int], ...]:
+        with state.db.read() as conn:
+            return _versions(conn, *scopes)
+
+    return at_generation(state, ("versions", scopes), read)
 
 
 async def small_read(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:
@@ -80,8 +135,7 @@ def leaderboard_key(
 ) -> Key:
     """What ``services.leaderboard(proxy, ...)`` shows depends on (archiving or restoring a
     study or an arm refolds its proxy: a bump of ``proxy:<name>``)."""
-    with state.db.read() as conn:
-        versions = _versions(conn, f"proxy:{proxy}", "candidates")
+    versions = _read_versions(state, f"proxy:{proxy}", "candidates")
     # the analyses of its functions done so far (api.enrich): a board refreshes as they finish
     # and its fidelity line done so far (api.lines)
     line = (
@@ -129,8 +183,7 @@ def leaderboard(
 
 
 def candidates_key(state: services.ServiceState, *params: Any) -> Key:
-    with state.db.read() as conn:
-        return (("candidates", params), _versions(conn, "candidates"))
+    return (("candidates", params), _read_versions(state, "candidates"))
 
 
 def candidate_key(state: services.ServiceState, name: str) -> Key:
@@ -229,9 +282,12 @@ def _identity(state: services.ServiceState, conn: Any) -> tuple[tuple[str, int],
 def study_key(state: services.ServiceState, study_id: int) -> Key:
     """A study's summary, page and figure: its status, update time and per-status counts (see
     ``services.study_key``), and whether this process drives it."""
-    with state.db.read() as conn:
-        stamp = reads.study_stamp(conn, study_id)
-        versions = _versions(conn)
+
+    def read() -> tuple[Any, tuple[tuple[str, int], ...]]:
+        with state.db.read() as conn:
+            return reads.study_stamp(conn, study_id), _versions(conn)
+
+    stamp, versions = at_generation(state, ("study", study_id), read)
     if stamp is None:
         raise not_found("study", study_id)
     active = bool(state.runner and state.runner.is_active(study_id))

@@ -284,3 +284,48 @@ def test_postgres_generation_without_a_database_closes_the_lane(postgres_server_
         await gen.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.postgres
+def test_a_keys_database_reads_are_kept_for_one_generation(
+    half_finished: tuple[Api, int],
+) -> None:
+    """Two reads of one study (its JSON and its page) at one generation read its stamp once;
+    a worker's commit moves the generation, and the next read sees the commit (issue 27: the
+    event loop spent half its time under a writer in these small queries)."""
+    api, sid = half_finished
+    c, memo = api.client, api.app.state.services.generation_memo
+    lane = lane_of(api.app)
+    for _ in range(20):  # PostgreSQL's snapshot is the server's: autovacuum may move it
+        hits, replays = memo.hits, lane.hits
+        assert c.get(f"/api/studies/{sid}?trials=false&x={_}").status_code == 200
+        assert c.get(f"/studies/{sid}?x={_}").status_code == 200  # another URL: not a replay
+        if memo.hits > hits and lane.hits == replays:
+            break
+    assert memo.hits > hits  # the page's key took the summary's read of the study
+    _finish(api.repo, sid)  # another connection commits
+    summary = c.get(f"/api/studies/{sid}?trials=false&x=after").json()
+    assert summary["progress"]["complete"] == 4
+    page = c.get(f"/studies/{sid}?x=after").text
+    assert "4/4" in page or "4 of 4" in page
+
+
+def test_without_a_generation_nothing_is_kept() -> None:
+    """A read outside the lane (a token holder, a test's direct call) always reads."""
+    from normfree.api.reads import GenerationMemo
+
+    memo, calls = GenerationMemo(), []
+
+    def read() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert memo.read("x", read) == 1 and memo.read("x", read) == 2
+    token = fastlane.GENERATION.set(("lane", 7))
+    try:
+        assert memo.read("x", read) == 3 and memo.read("x", read) == 3  # kept for generation 7
+        fastlane.GENERATION.set(("lane", 8))
+        assert memo.read("x", read) == 4  # a commit moved it
+    finally:
+        fastlane.GENERATION.reset(token)
+    assert memo.hits == 1

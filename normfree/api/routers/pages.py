@@ -109,7 +109,9 @@ async def page_leaderboard(
     wanted = [p for p in properties or [] if p]
 
     def keys() -> tuple[list[str], str | None, reads.Key | None, reads.Key]:
-        proxies = services.proxies_with_results(state)
+        proxies = list(
+            reads.at_generation(state, ("proxies",), lambda: services.proxies_with_results(state))
+        )
         shown = proxy or (proxies[0] if proxies else None)
         lb_key = (
             reads.leaderboard_key(state, shown, group or None, wanted, None, archived)

@@ -62,6 +62,8 @@ class ServiceState:
     quick_limiter: Any = None
     # PostgreSQL: finished trials' documents read on the event loop (storage.async_reads).
     trial_documents: Any = None
+    # The keys' database reads kept for the generation they were read at (api.reads).
+    generation_memo: Any = field(default_factory=lambda: _generation_memo())
 
     @classmethod
     def open(
@@ -116,3 +118,9 @@ class ServiceState:
         if self.runner is not None:
             self.runner.close()
         self.store.close()
+
+
+def _generation_memo() -> Any:
+    from normfree.api.reads import GenerationMemo
+
+    return GenerationMemo()

@@ -216,7 +216,11 @@ class ResponseCache:
     def _submit(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Future[Any]:
         """``key``'s build on the cache's background threads (under the lock)."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(2, thread_name_prefix="normfree-rebuild")
+            # One thread: the rebuilds hold the GIL, and every thread that wants it takes its
+            # turn; with two rebuild threads the event loop got a third of the GIL, with one
+            # half: under a writer the reads' p50 fell 3x and their p99 2x, the same commits
+            # behind at most (bench/results/live_reads.md, 2026-12-04 15:10)
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="normfree-rebuild")
         seq = self._begin(key[0])
         future = self._executor.submit(self._build, key, build, seq)
         self._background[key] = future

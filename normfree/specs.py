@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -189,6 +190,25 @@ class TrialConfig(_Frozen):
     def key(self) -> str:
         """Stable identity of the run: the same config is never trained twice in one study."""
         return self.stable_hash()
+
+
+# TrialConfig's training settings an arm's label shows when a study sets them (None: the
+# preset's own). Not ``epochs``: smoke runs set a budget on every arm of a board, where it would
+# stand on every row; arms that differ only by their budget still read alike (a known gap).
+TRAINING_FIELDS = ("dataset", "lr", "weight_decay", "warmup_epochs")
+
+
+def arm_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a trial's config (as stored) changes from its proxy's preset, as an arm shows it:
+    its overrides and the training settings of :data:`TRAINING_FIELDS` that are set. Why: two
+    arms of one function that differ only by a study's ``lr`` (one trained, one diverged) read
+    alike on every board."""
+    raw = config.get("overrides") or {}
+    if not isinstance(raw, Mapping):
+        return raw  # type: ignore[no-any-return]  # unreadable: the caller's check says so
+    out = dict(raw)
+    out.update({k: config[k] for k in TRAINING_FIELDS if config.get(k) is not None})
+    return out
 
 
 class EpochRecord(_Frozen):

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from normfree.specs import RUN_OUTCOME_STATUSES
+from normfree.specs import RUN_OUTCOME_STATUSES, arm_settings
 from normfree.storage.models import ArmResultRow, ReadVersionRow, TrialRow, utcnow
 
 # Statuses a leaderboard counts: the trial ran and ended.
@@ -124,7 +124,7 @@ def fold(arm: dict[str, Any] | None, trial: Mapping[str, Any]) -> dict[str, Any]
         "first_order": order,
         "norm": _json(trial["norm"]) or {},
         "axis_values": _json(trial["axis_values"]) or {},
-        "overrides": config.get("overrides") or {},
+        "overrides": arm_settings(config),
     }
     if arm is None:
         out: dict[str, Any] = {

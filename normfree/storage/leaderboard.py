@@ -27,6 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from normfree.specs import arm_settings
 from normfree.storage import failures, stats
 from normfree.storage.aggregates import FINISHED, order_key, shown_trials
 from normfree.storage.models import ArmResultRow, CandidateRow, TrialRow
@@ -204,7 +205,7 @@ def arms_from_trials(trials: Sequence[Any], metric: str | None = None) -> list[A
         dirs = [t.direction for t in ts if t.direction]
         unreadable: list[str] = []
         config = _readable(first.config, "config", unreadable)
-        overrides = config.get("overrides") or {}
+        overrides = arm_settings(config)
         arms.append(
             Arm(
                 arm_key=key,

@@ -86,6 +86,14 @@ def test_running_study_page_polls_for_progress(api: Api) -> None:
     assert f"watchStudy({sid}" in html and 'id="progress-bar"' in html
 
 
+def test_study_page_names_the_settings_its_study_set(api: Api) -> None:
+    """A study made to fail with ``--lr 10`` did not say so on its page (the journey)."""
+    body = bodies.study(transform="shift_v", values=[0, 1], epochs=2, params={"lr": 10.0})
+    sid = api.client.post("/api/studies", json=body, headers=api.auth).json()["id"]
+    text = re.sub(r"\s+", " ", api.client.get(f"/studies/{sid}", headers=HTML).text)
+    assert "2 epochs; trained with lr=10.0;" in text
+
+
 def test_trial_page_figures(api: Api, seeded: Seeded) -> None:
     html = api.client.get(f"/trials/{seeded.trial_ids[0]}", headers=HTML).text
     figs = {f["id"]: f for f in _figures(html)}

@@ -175,3 +175,27 @@ def test_a_transform_of_a_user_function_is_filed_by_its_definition() -> None:
     assert not props["zero_centred"]  # shifted by 0.5: f(0) != 0
     bare = {"candidate": "shift_h(mine, 0.5)", "norm": {"name": "shift_h(mine, 0.5)"}}
     assert row_group(bare, catalog.describe) == (None, {})
+
+
+def test_arms_that_differ_by_a_studys_training_settings_read_apart(repo: Repository) -> None:
+    """Two erf arms, one trained at the preset's lr and one at lr=10 (it diverged): on the
+    journey they read alike on every board and candidate page ("halfsign [alpha0=1.0]" twice),
+    so a user could not tell which one failed. The settings a study sets (lr, epochs, ...)
+    belong to the arm's label as its overrides do, from the summaries and from the trials."""
+    from normfree.specs import arm_settings
+    from normfree.storage.leaderboard import arm_text, row_options
+
+    sid = study(repo)
+    repo.add_trials(sid, [cfg("erf", 0), cfg("erf", 0, lr=10.0, overrides={"depth": 2})])
+    run_all(repo, sid, lambda c: complete(0.9) if c.lr is None else TrialResult(
+        status="diverged", objective="val_acc", diverged_at_step=2))  # fmt: skip
+    for rows in (repo.leaderboard(PROXY), repo.leaderboard(PROXY, study_id=sid)):
+        labels = sorted(arm_text(r["candidate"], options=row_options(r)) for r in rows)
+        assert labels == ["erf", "erf [depth=2, lr=10.0]"]
+    assert arm_settings(
+        {"overrides": {"depth": 2}, "epochs": 3, "lr": None, "weight_decay": 0}
+    ) == {
+        "depth": 2,
+        "weight_decay": 0,
+    }
+    assert arm_settings({"overrides": ["not", "a", "mapping"]}) == ["not", "a", "mapping"]

@@ -63,21 +63,7 @@ def test_a_servers_first_fidelity_line_leaves_nothing_for_full_collections_to_wa
     full collection walked them with the GIL held (55-150 ms on 2 shared cores: the worst
     ``/api/health`` probes of bench_hostile). Now they are imported before the freeze
     (``lines.preload``) and the rest frozen after the first line (``lines._settle``)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-c", _FIRST_LINE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-        env={**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    left = int(proc.stdout.strip().splitlines()[-1])
+    left = int(_in_a_fresh_python(_FIRST_LINE, OMP_NUM_THREADS="1").strip().splitlines()[-1])
     assert left < 5_000, f"{left} objects from the first line stay in the collector's reach"
 
 
@@ -101,6 +87,14 @@ def test_a_server_hands_the_gil_over_at_its_setting_and_a_test_app_leaves_it() -
     """Under a writer the builds hold the GIL and the event loop waited up to an interval for
     it each time it gave it up (issue 27): a server process (``freeze_heap``) shortens it; an
     app built in another process (a test, a notebook) leaves that process's interval alone."""
+    plain, server = (float(x) for x in _in_a_fresh_python(_SWITCH).split()[-2:])
+    assert plain == 0.005  # Python's default, untouched
+    assert server == 0.002
+
+
+def _in_a_fresh_python(code: str, **env: str) -> str:
+    """``code``'s stdout, run by a new interpreter from the repository's root (this one has
+    imported, allocated and set everything already)."""
     import os
     import subprocess
     import sys
@@ -108,14 +102,12 @@ def test_a_server_hands_the_gil_over_at_its_setting_and_a_test_app_leaves_it() -
 
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-c", _SWITCH],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": str(root), **env},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    plain, server = (float(x) for x in proc.stdout.split()[-2:])
-    assert plain == 0.005  # Python's default, untouched
-    assert server == 0.002
+    return proc.stdout

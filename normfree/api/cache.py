@@ -218,8 +218,9 @@ class ResponseCache:
         if self._executor is None:
             # One thread: the rebuilds hold the GIL, and every thread that wants it takes its
             # turn; with two rebuild threads the event loop got a third of the GIL, with one
-            # half: under a writer the reads' p50 fell 3x and their p99 2x, the same commits
-            # behind at most (bench/results/live_reads.md, 2026-12-04 15:10)
+            # half: under a writer the reads' p50 fell 3x and their p99 2x; answers fell behind
+            # by about as many commits at most (3-6), but fewer were current, since builds
+            # now queue one after another (bench/results/live_reads.md, 2026-12-04)
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="normfree-rebuild")
         seq = self._begin(key[0])
         future = self._executor.submit(self._build, key, build, seq)

@@ -73,6 +73,8 @@ def test_study_page_plots_metric_vs_transform_value(api: Api, seeded: Seeded) ->
     # vit-tiny is not calibrated: the line says so instead of quoting figures
     assert "no fidelity headline" in line and "not calibrated" in line
     assert "published orders reproduced" not in line
+    # its reliability is of the cells the report compares, not the study's (the next line's)
+    assert "among the cells it compares, rank reliability" in line
     assert f"/fidelity?study_id={seeded.study_id}" in line and "/fidelity?proxy=vit-tiny" in line
     fig_json = api.client.get(f"/studies/{seeded.study_id}/figure.json").json()
     assert {t["name"] for t in fig_json["data"]} == {"erf", "tanh", "diverged"}

@@ -155,6 +155,16 @@ async def load(
     return lat, errors, timeouts, seen
 
 
+async def _read_builder(host: str, port: int) -> dict[str, Any] | None:
+    """The server's read builder figures, from ``/api/health``."""
+    c = Client(host, port)
+    try:
+        _status, body = await c.fetch("GET", "/api/health")
+        return json.loads(plain(body)).get("read_builder")
+    finally:
+        await c.close()
+
+
 def staleness(seen: list[tuple[float, int]], commits: list[float]) -> dict[str, Any]:
     """How many commits made before each answer's request it did not show."""
     lags = []
@@ -214,6 +224,7 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
         lat, errors, timeouts, seen = asyncio.run(loaded)
         commits, spent = out_q.get(timeout=120)
         proc.join(30)
+        builder = asyncio.run(_read_builder(host, port))
     reads = figures_of(lat, errors, timeouts, args.seconds)
     targets = {
         "first_requests_lt_1s": all(v["ms"] < 1000 and v["status"] == 200 for v in first.values()),
@@ -247,6 +258,9 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
             ),
         },
         "staleness": stale,
+        # the server's read builder after the window (api.builder): rebuilds it gave, and
+        # those built in the server instead; null when off (NORMFREE_READ_BUILDER=0)
+        "read_builder": builder,
         "targets": targets,
         "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),

@@ -26,12 +26,22 @@ def finite(obj: Any, nonfinite: NonFinite = "null") -> Any:
     if kind in _LEAVES:  # sanitising (every API trial read passes through here)
         return obj
     if kind is dict and nonfinite == "null":
-        return {k: finite(v) for k, v in obj.items()}
+        # leaves inline: a board's rows are ~40 values each, most of them leaves, and a call
+        # per value was a tenth of a board's rebuild under a writer
+        return {
+            k: v if type(v) in _LEAVES or (type(v) is float and math.isfinite(v)) else finite(v)
+            for k, v in obj.items()
+        }
     if isinstance(obj, float) and not math.isfinite(obj):
         return None if nonfinite == "null" else str(obj)
     if isinstance(obj, Mapping):
         return {str(k) if nonfinite == "text" else k: finite(v, nonfinite) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
+        if nonfinite == "null":
+            return [
+                v if type(v) in _LEAVES or (type(v) is float and math.isfinite(v)) else finite(v)
+                for v in obj
+            ]
         return [finite(v, nonfinite) for v in obj]
     return obj
 

@@ -93,14 +93,18 @@ class Settings(BaseSettings):
     # the reader of its next version waits at most ``read_fresh_wait_s`` for the build, then gets
     # the previous version (api.cache). 0: every such reader waits for the build. The test
     # suite, which reads its own writes back at once, sets 0.
+    read_stale_window_s: float = Field(default=2.0, ge=0, le=600)
+    read_fresh_wait_s: float = Field(default=0.02, ge=0, le=600)
+    # A server process's rebuilds of reads under a stream of writes (the families above) run in
+    # a builder process that answers with the encoded body (api.builder): the serving process's
+    # event loop then has its GIL to itself. Off: they run on the server's rebuild thread.
+    read_builder: bool = True
     # How often a server process's threads hand the GIL over (``sys.setswitchinterval``; Python's
     # default is 5 ms). Under a writer the read builds hold the GIL, and the event loop, which
     # gives it up at every socket call, waited up to a whole interval each time it wanted it
     # back: 0.5 ms halved the live reads' p50 at 10k trials and left the still reads'
     # throughput as it was (bench/results/live_reads.md). Set in server processes only.
     gil_switch_interval_s: float = Field(default=0.0005, ge=1e-5, le=1.0)
-    read_stale_window_s: float = Field(default=2.0, ge=0, le=600)
-    read_fresh_wait_s: float = Field(default=0.02, ge=0, le=600)
     # How long a board's (or study page's) build waits for its fidelity line of the current
     # version before it shows the latest one computed (api.lines): the line is a report over
     # every finished trial, computed once per version on a background thread, and a board

@@ -131,8 +131,12 @@ def create_app(
             offload.start_background()
         # The catalog and the analyses (sympy, seconds) before the first request needs them:
         # fetched from the background worker in a server, built here otherwise.
+        builder = app.state.builder = _builder_for(state, settings) if freeze_heap else None
         threading.Thread(
-            target=_warm_up, args=(state, freeze_heap), name="normfree-warm-up", daemon=True
+            target=_warm_up,
+            args=(state, freeze_heap, builder),
+            name="normfree-warm-up",
+            daemon=True,
         ).start()
         if state.prescreen:
             # prescreens a killed server left pending (parsing: off the event loop)
@@ -150,6 +154,9 @@ def create_app(
             if state.trial_documents is not None:
                 await state.trial_documents.aclose()
             app.state.offload.close()
+            if builder is not None:
+                state.cache.remote = None
+                builder.close()
             if freeze_heap:
                 offload.close_background()
             state.close()
@@ -169,6 +176,7 @@ def create_app(
         },
     )
     app.state.settings = settings
+    app.state.builder = None  # a server's read builder (api.builder), from its start
     app.state.services = state
     app.state.templates = Jinja2Templates(directory=str(HERE / "templates"))
     # The templates ship in the package: a render need not stat its files for changes (3% of
@@ -247,10 +255,24 @@ def create_app(
     return app
 
 
-def _warm_up(state: Any, freeze_heap: bool) -> None:
+def _builder_for(state: Any, settings: Settings) -> Any:
+    """A server's read builder (``api.builder``), wired into its read cache, or None (off in
+    the settings, or a database no other process can open)."""
+    from normfree.api.builder import Builder
+    from normfree.api.fidelity import _shared
+
+    if not settings.read_builder or settings.read_stale_window_s <= 0 or not _shared(state.db.url):
+        return None  # (no stale window: no family is ever hot, and nothing would be sent there)
+    builder = Builder(settings)
+    state.cache.remote = builder.build
+    return builder
+
+
+def _warm_up(state: Any, freeze_heap: bool, builder: Any = None) -> None:
     """The start's background warm-up (``services.warm_up``: the catalog, the analyses; it
     freezes the heap at its end in a server), then, in a server, what a fidelity line computed
-    here would import (``lines.preload``), frozen too.
+    here would import (``lines.preload``), frozen too; then the read builder starts (after
+    the warm-up: the first requests after a start must not share two cores with its start).
 
     In that order: the catalog and the analyses come from the background worker (the first
     requests need them), while the preload is a second of imports holding this process's GIL
@@ -264,6 +286,8 @@ def _warm_up(state: Any, freeze_heap: bool) -> None:
         except Exception:  # the first line imports it again, with its reason
             log.warning("fidelity line preload failed", exc_info=True)
         services.freeze_long_lived()
+    if builder is not None:
+        builder.start()
 
 
 def _preload_reads(templates: Jinja2Templates) -> None:

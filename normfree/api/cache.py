@@ -21,6 +21,10 @@ of a hit is that query plus a dict lookup; no time-to-live is involved.
   A lone write is still read back at once: a quiet family's reader waits.
 - A build's own lookups (a page's model, a study's cells) build their parts in full on the
   build's thread: a page stored under its new key is made of its parts' new versions.
+- Those background builds run in the server's builder process when it has one
+  (``api.builder``, :attr:`ResponseCache.remote`); an answer built there serves only while its
+  family stays hot, then the family is built here again (the builder's own epochs of analyses
+  and lines may have been a step behind this process's).
 - Bodies are gzipped once per entry for clients that accept it.
 - Memory is bounded by entry count (LRU); each process has its own cache.
 """
@@ -65,6 +69,8 @@ class Cached:
     body: bytes
     media_type: str
     _gz: bytes | None = None
+    # Built in the builder process (``api.builder``): served only while its family is hot.
+    remote: bool = False
 
     def gzipped(self) -> bytes:
         if self._gz is None:  # two racing requests compress twice; both results are equal
@@ -130,21 +136,38 @@ class ResponseCache:
         # after a commit replay its leader's) only until the newer version is in.
         self.builds = 0
         self._stale_out: set[Hashable] = set()
+        # ``remote(target)``: a hot family's background build of the read at ``target`` (its
+        # path and query) in the builder process, (media type, body, gzip) or None (built
+        # here). Set by a server that has a builder (``api.builder``).
+        self.remote: Callable[[str], tuple[str, bytes, bytes | None] | None] | None = None
+        self._remote_families: set[Hashable] = set()  # whose latest was built there
+        self._sweeper: threading.Thread | None = None
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
             hit = self._entries.get(key)
+            if getattr(hit, "remote", False) and not self._hot(key[0]):  # type: ignore[index]
+                # built in the builder process, and the stream of writes has ended: built
+                # here again, with this process's own analyses and lines
+                del self._entries[key]
+                hit = None
             if hit is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
             return hit
 
     def lookup(
-        self, key: tuple[Hashable, Hashable], build: Callable[[], Any], *, stale_ok: bool = True
+        self,
+        key: tuple[Hashable, Hashable],
+        build: Callable[[], Any],
+        *,
+        stale_ok: bool = True,
+        target: str | None = None,
     ) -> tuple[Hashable, Any]:
         """(the key served, its value): ``key``'s, built if needed, or (``stale_ok``) the
         family's latest while a newer one builds (another request's build, or, for a hot
-        family, this request's own build after ``fresh_wait_s``)."""
+        family, this request's own build after ``fresh_wait_s``). ``target``: the read's path
+        and query, for a hot family's build in the builder process (:attr:`remote`)."""
         hit = self.get(key)
         if hit is not None:
             return key, hit
@@ -168,7 +191,10 @@ class ResponseCache:
                     # (below); every other reader takes the latest at once (each waiting
                     # fresh_wait_s in turn was the p99 of every read under a writer)
                     return self._stale_answer(family, latest)
-                future = self._submit(key, build) if self._hot(family) else None
+                if self._hot(family):
+                    future = self._submit(key, self._remotely(target, build))
+                else:
+                    future = None
             else:
                 future = None
         if future is not None:
@@ -188,6 +214,21 @@ class ResponseCache:
             with self._lock:
                 seq = self._begin(family)
             return key, self._build(key, build, seq)
+
+    def _remotely(self, target: str | None, build: Callable[[], Any]) -> Callable[[], Any]:
+        """``build``, or first the builder process's answer for ``target`` when there is one."""
+        remote = self.remote
+        if remote is None or target is None:
+            return build
+
+        def remote_build() -> Any:
+            got = remote(target)
+            if got is None:
+                return build()
+            media_type, body, gz = got
+            return Cached(body, media_type, gz, remote=True)
+
+        return remote_build
 
     def _stale_answer(self, family: Hashable, latest: tuple[int, Hashable, Any]) -> tuple:
         """The family's latest, for a reader while a newer one builds (under the lock)."""
@@ -272,7 +313,34 @@ class ResponseCache:
                 self._latest.popitem(last=False)
             # after the entry is in: a reader that sees the new count finds it
             self._void_stale(family)
+            if getattr(value, "remote", False):
+                self._remote_families.add(family)
+                self._sweep_later()
         return value
+
+    def _sweep_later(self) -> None:
+        """Start the sweeper (under the lock) if it is not running: it watches the families
+        whose latest was built in the builder process until their stream of writes ends."""
+        if self._sweeper is None or not self._sweeper.is_alive():
+            self._sweeper = threading.Thread(
+                target=self._sweep, name="normfree-remote-sweep", daemon=True
+            )
+            self._sweeper.start()
+
+    def _sweep(self) -> None:
+        """While families built there are hot, wait; when one cools, move ``builds`` (the
+        fast lane's stamp) so its answers are no longer replayed: the next reader goes to the
+        route, which drops the entry (:meth:`get`) and builds the family here."""
+        while True:
+            time.sleep(max(0.05, self.stale_window_s / 4))
+            with self._lock:
+                cooled = {f for f in self._remote_families if not self._hot(f)}
+                if cooled:
+                    self._remote_families -= cooled
+                    self.builds += 1
+                if not self._remote_families:
+                    self._sweeper = None
+                    return
 
     def _void_stale(self, family: Hashable) -> None:
         """A build of ``family`` ended (under the lock): if the family served its previous
@@ -319,7 +387,10 @@ def respond(
     if _matches(request, etag):
         return Response(status_code=304, headers=headers)
     if store:
-        served, hit = cache.lookup(key, build)
+        # a read the builder process can answer too: the whole URL, so that the links a page
+        # makes (``url_for``) name this server as this process's would
+        remote = replay and status_code == 200 and not request.scope.get("root_path")
+        served, hit = cache.lookup(key, build, target=str(request.url) if remote else None)
         if served != key:  # another request is building the newer version: the latest one
             headers["ETag"] = etag_of(served)
         if replay and status_code == 200:

@@ -66,6 +66,22 @@ class Enricher:
             self._queue.put(n)
         return pending
 
+    def known_after(self, count: int) -> list[tuple[str, Info]]:
+        """The analyses done after the first ``count`` (in the order they were done): what a
+        read builder process (``api.builder``) has not been sent yet."""
+        with self._lock:
+            items = list(self._known.items())
+        return items[count:]
+
+    def adopt(self, items: Iterable[tuple[str, Info]]) -> None:
+        """Take analyses done by another process (a read builder's server) as done here."""
+        with self._lock:
+            for name, info in items:
+                if self._known.get(name, _MISSING) != info:
+                    self._known[name] = info
+                    self.epoch += 1
+                self._queued.discard(name)
+
     def pending(self) -> int:
         with self._lock:
             return len(self._queued)

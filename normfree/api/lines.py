@@ -59,6 +59,9 @@ class FidelityLines:
         self._waited: set[Target] = set()  # targets whose first line a build waited for
         self._settled = False  # the first line's long-lived leftovers frozen (_settle)
         self.epoch = 0  # every line done (the fast lane's stamp)
+        # A read builder process (``api.builder``) computes no line: it shows the lines its
+        # server sent with the build (:meth:`borrow`).
+        self._borrowed = False
 
     def line(
         self,
@@ -73,6 +76,9 @@ class FidelityLines:
         waited for at most ``wait_s`` (``rewait_s`` when an older line is done: by default the
         same), else the latest line done (None if there is none)."""
         with self._lock:
+            if self._borrowed:
+                found = self._done.get(target)
+                return None if found is None else found[1]
             self._spacing[target] = spacing
             done = self._done.get(target)
             if rewait_s is not None and (done is not None or target in self._waited):
@@ -180,6 +186,24 @@ class FidelityLines:
         with self._lock:
             self._done.clear()
             self._waited.clear()
+
+    def snapshot(self) -> tuple[tuple[Target, Hashable], dict[Target, tuple[Hashable, Any]]]:
+        """(what identifies the lines done now, the lines done): for :meth:`borrow`."""
+        with self._lock:
+            done = dict(self._done)
+        return tuple((t, v[0]) for t, v in done.items()), done
+
+    def borrow(self, done: dict[Target, tuple[Hashable, Any]]) -> None:
+        """Show ``done`` (another process's lines: a read builder's server) and compute none;
+        a target whose line changed moves its stamp, as a line done here would."""
+        with self._lock:
+            self._borrowed = True
+            for target, line in done.items():
+                old = self._done.get(target)
+                if old is None or old[0] != line[0]:
+                    self._done[target] = line
+                    self._stamps[target] = self._stamps.get(target, 0) + 1
+                    self.epoch += 1
 
 
 def _settle() -> None:

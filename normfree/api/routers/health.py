@@ -2,32 +2,40 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from normfree import __version__
 from normfree.api import reads
 from normfree.api.deps import StateDep
 from normfree.api.schemas import Health, Version
+from normfree.api.schemas.health import ReadBuilder
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health)
-async def health(state: StateDep) -> Health:
+async def health(request: Request, state: StateDep) -> Health:
     """Whether the API and its database answer (always public, never needs a token).
 
     The ping runs where a small read costs least (``reads.small_read``: on the loop for SQLite,
     a short-work thread for a server database), never behind the thread pool's builds."""
     db = state.db
+    builder = getattr(request.app.state, "builder", None)
+    rb = (
+        None
+        if builder is None
+        else ReadBuilder(ready=builder.ready, built=builder.built, refused=builder.refused)
+    )
     try:
         await reads.small_read(state, db.ping)
-        return Health(status="ok", database=db.dialect, database_ok=True)
+        return Health(status="ok", database=db.dialect, database_ok=True, read_builder=rb)
     except Exception as exc:  # a health check reports the failure instead of raising it
         return Health(
             status="degraded",
             database=db.dialect,
             database_ok=False,
             detail=f"{type(exc).__name__}: {exc}"[:300],
+            read_builder=rb,
         )
 
 

@@ -287,7 +287,9 @@ def _warm_up(state: Any, freeze_heap: bool, builder: Any = None) -> None:
             log.warning("fidelity line preload failed", exc_info=True)
         services.freeze_long_lived()
     if builder is not None:
-        builder.start()
+        from normfree.api.builder import START_AFTER_S
+
+        builder.start(delay=START_AFTER_S)
 
 
 def _preload_reads(templates: Jinja2Templates) -> None:

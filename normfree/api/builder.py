@@ -26,10 +26,9 @@ importance refresh), so an answer built there serves only while its family stays
 the stream of writes stops, the cache drops it and the next reader builds the family here
 (``ResponseCache`` keeps that rule, and moves the fast lane's stamp so it is not replayed).
 
-The process starts with the server (after its warm-up, so that the first requests do not
-share two cores with the builder's), runs niced (the serving process's readers first), exits
-with the server, and is replaced if it dies or a build exceeds :data:`BUILD_SECONDS`; a build
-it cannot give is built here.
+The process starts :data:`START_AFTER_S` after the server's warm-up (so that the first requests
+do not share two cores with the builder's start), exits with the server, and is replaced if
+it dies or a build exceeds :data:`BUILD_SECONDS`; a build it cannot give is built here.
 """
 
 from __future__ import annotations
@@ -45,13 +44,23 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# A server starts its builder this long after its warm-up: the builder's start is ~3.5 s of a
+# core (torch, the app, the templates, the home page's parts), which on two cores doubled the
+# readers' latency in a server's first seconds (the first page loads, target < 1 s; measured
+# with `bench_live_reads.py --quick`, whose window is a start's first 5 s); a stream of writes
+# meanwhile is built in the server, as without a builder.
+START_AFTER_S = 10.0
 # A build slower than this (wall clock) is abandoned: the builder is killed and started again,
 # and the read is built in the serving process.
 BUILD_SECONDS = 30.0
 # How long the builder may take to start (imports and the app: seconds).
 START_SECONDS = 120.0
-# The builder's niceness: the serving process's event loop takes a core from it at once.
-NICENESS = 0
+# The builder's niceness where the host allows it (elsewhere it stays at the server's): every
+# reader of a hot read waits on its builds for a fresh answer. At 10k trials under a writer,
+# -5 left answers as current as without a builder (48-55% current, at most 5-7 commits behind)
+# where 0 let them fall further behind (36-44%, 7-14) for the same readers' latency, and +5
+# starved it (no answer current); bench/results/live_reads.md.
+NICENESS = -5
 # Smaller bodies are not gzipped there (``api.cache.GZIP_MIN_BYTES``).
 _GZIP_MIN_BYTES = 1400
 
@@ -71,7 +80,7 @@ def _builder_main(conn: Connection, settings: dict[str, Any], catalog: Any) -> N
     from starlette.testclient import TestClient
 
     from normfree.api import services
-    from normfree.api.app import create_app
+    from normfree.api.app import _preload_reads, create_app
     from normfree.api.lines import LINES
     from normfree.api.services import candidates
     from normfree.settings import Settings
@@ -89,7 +98,11 @@ def _builder_main(conn: Connection, settings: dict[str, Any], catalog: Any) -> N
     app = create_app(
         Settings(**{**settings, **overrides}), run_studies=False, migrate=False, prescreen=False
     )
+    # the first-use costs of every read's build (imports, template compilation), which a
+    # server takes before its first request (``app._preload_reads``), taken before "ready"
+    _preload_reads(app.state.templates)
     with TestClient(app, raise_server_exceptions=False) as client:
+        client.get("/")  # and the home page's parts, once
         conn.send(("ready",))
         while True:
             try:

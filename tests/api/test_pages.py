@@ -94,6 +94,11 @@ def test_study_page_names_the_settings_its_study_set(api: Api) -> None:
     sid = api.client.post("/api/studies", json=body, headers=api.auth).json()["id"]
     text = re.sub(r"\s+", " ", api.client.get(f"/studies/{sid}", headers=HTML).text)
     assert "2 epochs; trained with lr=10.0;" in text
+    # one of a thing reads as one (the journey: "1 epochs")
+    body = bodies.study(transform="shift_v", values=[0, 1], epochs=1, seeds=1)
+    sid = api.client.post("/api/studies", json=body, headers=api.auth).json()["id"]
+    text = re.sub(r"\s+", " ", api.client.get(f"/studies/{sid}", headers=HTML).text)
+    assert "; 1 seed; 1 epoch;" in text
 
 
 def test_trial_page_figures(api: Api, seeded: Seeded) -> None:

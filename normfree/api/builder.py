@@ -230,23 +230,17 @@ class Builder:
         return analyses, done
 
     def _kill(self) -> None:
+        from normfree.api.offload import end_worker
+
         self._ready.clear()
         proc, conn = self._process, self._conn
         self._process = self._conn = None
-        if conn is not None:
-            conn.close()
-        if proc is not None and proc.is_alive():
-            proc.kill()
-            proc.join(5)
+        end_worker(proc, conn)
 
     def close(self) -> None:
+        """Stop the builder for good (the server is stopping); a build in flight is refused."""
+        from normfree.api.offload import end_worker
+
         self._closed = True
         self._ready.clear()
-        conn = self._conn
-        if conn is not None:  # a build in flight ends with its pipe
-            with contextlib.suppress(OSError):
-                conn.close()
-        proc = self._process
-        if proc is not None and proc.is_alive():
-            proc.kill()
-            proc.join(5)
+        end_worker(self._process, self._conn)

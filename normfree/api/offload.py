@@ -290,11 +290,7 @@ class _Slot:
     def kill(self) -> None:
         proc, conn = self.process, self.conn
         self.process = self.conn = None
-        if conn is not None:
-            conn.close()
-        if proc is not None and proc.is_alive():
-            proc.kill()
-            proc.join(5)
+        end_worker(proc, conn)
 
     def run(
         self, target: str, args: tuple[Any, ...], seconds: float, wait: float | None = None
@@ -332,6 +328,16 @@ class _Slot:
                 self.kill()
                 self.replaced += 1
                 return ("crash", f"the worker process died ({type(exc).__name__})")
+
+
+def end_worker(proc: Any, conn: Connection | None) -> None:
+    """Close a worker process's pipe (a job in flight ends with it) and kill the process."""
+    if conn is not None:
+        with contextlib.suppress(OSError):
+            conn.close()
+    if proc is not None and proc.is_alive():
+        proc.kill()
+        proc.join(5)
 
 
 def wait_limit(seconds: float) -> float:

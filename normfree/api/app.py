@@ -91,6 +91,16 @@ def create_app(
     # for prescreens anyway; the CLI's quick commands never build the app.
     import torch  # noqa: F401
 
+    # The same for the two digests taken by walking source files with ast.parse (the trainer's
+    # code version, which a study's creation reads for reuse, and the kernel generator's, part
+    # of the kernel cache's key): taken here, once per process, so that no request thread
+    # parses while a prescreen's TorchScript does (a study's creation failed with that error
+    # in CI on 2026-12-04, in a real-browser test that had just submitted a formula).
+    import normfree.kernels._codegen  # noqa: F401
+    from normfree.workers.versions import trainer_version
+
+    trainer_version()
+
     from normfree.api import services
     from normfree.api.routers import (
         candidates,

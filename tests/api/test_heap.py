@@ -111,3 +111,21 @@ def _in_a_fresh_python(code: str, **env: str) -> str:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
+
+
+_NO_PARSE_LATER = """
+import sys
+from normfree.api.app import create_app
+from normfree.settings import Settings
+from normfree.workers.versions import trainer_version
+create_app(Settings(database_url="sqlite://"), run_studies=False, prescreen=False, migrate=False)
+print(trainer_version.cache_info().currsize, "normfree.kernels._codegen" in sys.modules)
+"""
+
+
+def test_building_the_app_takes_the_source_walks_that_parse() -> None:
+    """CPython 3.11 corrupts an ``ast.parse`` that runs beside another thread's (gh-106905):
+    the digests that walk sources with it are taken while the app is built, before any request
+    or prescreen thread runs, and never again in that process."""
+    out = _in_a_fresh_python(_NO_PARSE_LATER).split()
+    assert out[-2:] == ["1", "True"]

@@ -37,6 +37,7 @@ import contextlib
 import gzip
 import logging
 import os
+import pickle
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -197,8 +198,17 @@ class Builder:
             conn = self._conn
             if conn is None or self._closed:
                 return None
+            analyses, (ident, lines) = self._news()
             try:
-                conn.send((target, *self._news()))
+                # pickled before the pipe sees a byte: a value that cannot be sent (a line
+                # holding something unpicklable) refuses this build, and the builder stays
+                message = pickle.dumps((target, analyses, lines))
+            except Exception as exc:
+                log.warning("a build could not be sent to the read builder: %s", exc)
+                self.refused += 1
+                return None
+            try:
+                conn.send_bytes(message)
                 if not conn.poll(BUILD_SECONDS):
                     raise TimeoutError(f"a build took over {BUILD_SECONDS:g} s")
                 status, media_type, body, gz = conn.recv()
@@ -209,25 +219,28 @@ class Builder:
                 if not self._closed:
                     self.start()
                 return None
+            # sent: the builder has them now
+            self._analyses_sent += len(analyses)
+            if lines is not None:
+                self._lines_sent = ident
         if status != 200:
             self.refused += 1
             return None
         self.built += 1
         return media_type, body, gz
 
-    def _news(self) -> tuple[list[tuple[str, Any]], Any]:
-        """What this process learnt since the last build it sent: analyses, and its lines if
-        they changed (else None). Under the build lock."""
+    def _news(self) -> tuple[list[tuple[str, Any]], tuple[Any, Any]]:
+        """What this process learnt since the last build it sent: the analyses done since,
+        and (what identifies its lines, the lines) if they changed, else (None, None). Under
+        the build lock; counted as sent only once they are."""
         from normfree.api.lines import LINES
         from normfree.api.services import ENRICHER
 
         analyses = ENRICHER.known_after(self._analyses_sent)
-        self._analyses_sent += len(analyses)
         ident, done = LINES.snapshot()
         if ident == self._lines_sent:
-            return analyses, None
-        self._lines_sent = ident
-        return analyses, done
+            return analyses, (None, None)
+        return analyses, (ident, done)
 
     def _kill(self) -> None:
         from normfree.api.offload import end_worker

@@ -205,3 +205,26 @@ def test_a_builder_shows_the_lines_and_analyses_its_server_sent() -> None:
     assert builder.peek("tanh") == ("group", {"name": "tanh"})
     assert builder.epoch == 2
     assert server.known_after(2) == []
+
+
+def test_what_cannot_be_sent_refuses_one_build_and_keeps_the_builder(board_url: str) -> None:
+    from normfree.api.lines import LINES
+
+    builder = Builder(Settings(database_url=board_url, read_stale_window_s=2.0))
+    builder.start()
+    target = ("proxy", "unsendable")
+    try:
+        _wait(lambda: builder.ready, 120, "the builder's start")
+        pid = builder.pid
+        with LINES._lock:
+            LINES._done[target] = ("v1", lambda: None)  # a line no pipe can carry
+        assert builder.build(f"http://127.0.0.1:8123/api/leaderboards/{PROXY}") is None
+        assert builder.refused == 1 and builder.pid == pid and builder.ready
+        with LINES._lock:
+            del LINES._done[target]
+        assert builder.build(f"http://127.0.0.1:8123/api/leaderboards/{PROXY}") is not None
+        assert builder.pid == pid
+    finally:
+        with LINES._lock:
+            LINES._done.pop(target, None)
+        builder.close()

@@ -23,8 +23,8 @@ of a hit is that query plus a dict lookup; no time-to-live is involved.
   build's thread: a page stored under its new key is made of its parts' new versions.
 - Those background builds run in the server's builder process when it has one
   (``api.builder``, :attr:`ResponseCache.remote`); an answer built there serves only while its
-  family stays hot, then the family is built here again (the builder's own epochs of analyses
-  and lines may have been a step behind this process's).
+  family stays hot, then the family is built here again (what this process knows beside the
+  database and does not send there, a prescreen or an importance refresh, may have moved).
 - Bodies are gzipped once per entry for clients that accept it.
 - Memory is bounded by entry count (LRU); each process has its own cache.
 """
@@ -137,7 +137,7 @@ class ResponseCache:
         self.builds = 0
         self._stale_out: set[Hashable] = set()
         # ``remote(target)``: a hot family's background build of the read at ``target`` (its
-        # path and query) in the builder process, (media type, body, gzip) or None (built
+        # whole URL) in the builder process, (media type, body, gzip) or None (built
         # here). Set by a server that has a builder (``api.builder``).
         self.remote: Callable[[str], tuple[str, bytes, bytes | None] | None] | None = None
         self._remote_families: set[Hashable] = set()  # whose latest was built there
@@ -166,8 +166,8 @@ class ResponseCache:
     ) -> tuple[Hashable, Any]:
         """(the key served, its value): ``key``'s, built if needed, or (``stale_ok``) the
         family's latest while a newer one builds (another request's build, or, for a hot
-        family, this request's own build after ``fresh_wait_s``). ``target``: the read's path
-        and query, for a hot family's build in the builder process (:attr:`remote`)."""
+        family, this request's own build after ``fresh_wait_s``). ``target``: the read's whole
+        URL, for a hot family's build in the builder process (:attr:`remote`)."""
         hit = self.get(key)
         if hit is not None:
             return key, hit

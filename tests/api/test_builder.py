@@ -150,14 +150,19 @@ def test_a_server_under_a_writer_sends_its_rebuilds_to_the_builder(board_url: st
             120,
             "the server's builder",
         )
+        # the first reads wait for their fidelity lines (the suite waits up to 120 s for exact
+        # lines; on a loaded CI host a line took over httpx's 5 s): taken before the stream
+        board, page = f"{base}/api/leaderboards/{PROXY}", f"{base}/studies/{sid}"
+        for first in (board, page):
+            assert httpx.get(first, timeout=150).status_code == 200
         thread = threading.Thread(target=writer, daemon=True)
         thread.start()
         pages: list[str] = []
         try:
             end = time.monotonic() + 6
             while time.monotonic() < end:
-                assert httpx.get(f"{base}/api/leaderboards/{PROXY}").status_code == 200
-                r = httpx.get(f"{base}/studies/{sid}")
+                assert httpx.get(board, timeout=60).status_code == 200
+                r = httpx.get(page, timeout=60)
                 assert r.status_code == 200
                 pages.append(r.text)
         finally:

@@ -175,6 +175,7 @@ class StudyRunner:
         self._again: set[int] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._executor_down = False
         self.errors: dict[int, str] = {}
 
     def submit(self, study_id: int) -> None:
@@ -215,6 +216,13 @@ class StudyRunner:
         while True:
             study_id = self._queue.get()
             if study_id is None or self._halt.is_set():
+                # Ray goes down on this thread, which started it: Ray starts its GCS and
+                # raylet with PR_SET_PDEATHSIG, which the kernel fires when the *thread* that
+                # forked them ends. Ended first, this thread took the cluster down under the
+                # driver, whose ray.shutdown() then found the raylet dead and exited the
+                # server with status 1 mid-shutdown, leaving Ray's agents running (seen with
+                # `normfree serve` under a parent that had exited: nohup, systemd)
+                self._shutdown_executor()
                 return
             if isinstance(study_id, _Warm):
                 try:
@@ -256,9 +264,16 @@ class StudyRunner:
             thread.join(timeout)
             if thread.is_alive():
                 log.warning("the study runner did not stop within %.0f s", timeout)
-        executor = getattr(self._drive, "executor", None)
-        if executor is not None:
-            try:
-                executor.shutdown()
-            except Exception:  # shutting down: nothing useful to do with the error
-                log.warning("could not shut the study executor down cleanly", exc_info=True)
+        self._shutdown_executor()  # done already where the runner's thread ended (_loop)
+
+    def _shutdown_executor(self) -> None:
+        """Shut the cluster's executor down, once (the runner's thread or :meth:`close`)."""
+        with self._lock:
+            executor = getattr(self._drive, "executor", None)
+            if executor is None or self._executor_down:
+                return
+            self._executor_down = True
+        try:
+            executor.shutdown()
+        except Exception:  # shutting down: nothing useful to do with the error
+            log.warning("could not shut the study executor down cleanly", exc_info=True)

@@ -164,3 +164,59 @@ def test_study_run_stops_whole_and_says_how_to_carry_on(tmp_path: Path, sig: int
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_serve_whose_parent_has_exited_stops_whole_and_cleanly(tmp_path: Path) -> None:
+    """``nohup normfree serve &`` from a shell that then exits (or a service manager): the
+    server's parent is gone, and SIGTERM still ends it cleanly with its warm cluster. Ray's GCS
+    and raylet die with the *thread* that started them (PR_SET_PDEATHSIG); ended before Ray's
+    shutdown, that thread took the cluster down under the driver, which then exited the server
+    with status 1 mid-shutdown and left Ray's agents running."""
+    url = f"sqlite:///{tmp_path / 'orphan.db'}"
+    port = free_port()
+    log = tmp_path / "serve.log"
+    serve = " ".join(
+        [*(f"'{a}'" for a in CLI), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    )
+    # the shell starts the server in the background, prints its pid and exits at once
+    env = cli_env(url, NORMFREE_SHARE_LOCAL_CLUSTER="true")
+    launched = subprocess.run(
+        ["sh", "-c", f"{serve} > '{log}' 2>&1 & echo $!"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,
+    )
+    pid = int(launched.stdout.strip())
+    try:
+        deadline = time.monotonic() + 240
+        tree: set[int] = set()
+        while time.monotonic() < deadline:  # the server up, its cluster warm (at its start)
+            assert alive(pid), log.read_text()[-3000:]
+            tree = descendants(pid)
+            names = " ".join(_cmdline(p) for p in tree)
+            if "raylet" in names and "DashboardAgent" in names and "RuntimeEnvAgent" in names:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the server's cluster never came up: {log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=30)
+        tree = descendants(pid) | {pid}
+        names = {p: _cmdline(p) for p in tree}
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(alive(p) for p in tree):
+            time.sleep(0.2)
+        left = sorted(p for p in tree if alive(p))
+        for p in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        assert not left, f"left behind: {[names[p] for p in left]}"
+        text = log.read_text()
+        assert "Application shutdown complete" in text, text[-3000:]
+        assert "Raylet is dead" not in text, text[-3000:]
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

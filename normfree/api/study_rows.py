@@ -36,8 +36,10 @@ _LOCK = threading.Lock()
 
 
 def rows(conn: Any, db_url: str, study_id: int, fields: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Every trial of ``study_id`` with ``fields`` (as ``reads.study_trial_rows``, by id), each
-    a dict of the caller's own, read in ``conn``'s transaction."""
+    """Every trial of ``study_id`` with ``fields`` (as ``reads.study_trial_rows``, by id), read
+    in ``conn``'s transaction. The dicts are the ones held, shared with every later caller:
+    read-only (a merge replaces a row's dict, never changes one). Copying 1,000 of them was
+    a quarter of a live study's rebuild."""
     wanted = tuple(dict.fromkeys((*fields, "id", "updated_at")))
     key = (db_url, study_id, wanted)
     with _LOCK:
@@ -55,7 +57,7 @@ def rows(conn: Any, db_url: str, study_id: int, fields: tuple[str, ...]) -> list
         counts = {s: n for s, n in reads.study_counts(conn, study_id).items() if n}
         if not held.rows or Counter(r["status"] for r in held.rows.values()) != counts:
             held.rows = {r["id"]: r for r in reads.study_trial_rows(conn, study_id, wanted)}
-        out = [dict(held.rows[i]) for i in sorted(held.rows)]
+        out = [held.rows[i] for i in sorted(held.rows)]
     with _LOCK:
         _HELD[key] = held
         _HELD.move_to_end(key)

@@ -343,7 +343,7 @@ def _study_cells(
             # the build
             trials = study_rows.rows(conn, state.db.url, row["id"], fields)
         spec = row["spec"] if isinstance(row["spec"], Mapping) else {}
-        unreadable = _unreadable_axes(trials)
+        trials, unreadable = _unreadable_axes(trials)
         cells, objective, direction = _cells(trials, spec)
         if objective is None:
             try:
@@ -387,20 +387,22 @@ def _cells_reliability(
     return reliability_public(rel)
 
 
-def _unreadable_axes(trials: list[dict[str, Any]]) -> list[str]:
-    """Trials whose stored axis values are not a mapping (corrupt rows) read as having none
-    (each then is a cell of its function alone); named, so the study says what it could not
-    read instead of failing whole."""
+def _unreadable_axes(trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(the trials, what could not be read): trials whose stored axis values are not a mapping
+    (corrupt rows) read as having none (each then is a cell of its function alone), in copies
+    (the rows are shared, ``api.study_rows``); named, so the study says what it could not read
+    instead of failing whole."""
     bad = [t["id"] for t in trials if not isinstance(t.get("axis_values"), Mapping)]
-    for t in trials:
-        if not isinstance(t.get("axis_values"), Mapping):
-            t["axis_values"] = {}
     if not bad:
-        return []
+        return trials, []
+    trials = [
+        t if isinstance(t.get("axis_values"), Mapping) else {**t, "axis_values": {}}
+        for t in trials
+    ]
     shown = ", ".join(str(i) for i in bad[:5]) + (
         f" and {len(bad) - 5} more" if len(bad) > 5 else ""
     )
-    return [f"axis_values (trial{'s' if len(bad) > 1 else ''} {shown})"]
+    return trials, [f"axis_values (trial{'s' if len(bad) > 1 else ''} {shown})"]
 
 
 def get_study(state: ServiceState, study_id: int, *, trials: bool = True) -> S.StudyDetail:

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import joinedload
 
 from normfree.fidelity.published import NAME as BUILTIN_NAME
 from normfree.fidelity.published import published
@@ -100,6 +101,19 @@ def _row_values(set_id: int, position: int, r: ReferenceRow, key: str) -> dict[s
         "failed": r.failed,
         "note": r.note,
     }
+
+
+def _read_set(s: Any, name: str) -> ReferenceSetRow | None:
+    """The set named ``name`` with its rows, in one statement: read as two (the set, then its
+    rows), a set replaced between them by another transaction read as a set of no rows on
+    PostgreSQL (each statement sees its own snapshot there), and its validation failed (a 500
+    when twenty imports of one set raced)."""
+    stmt = (
+        select(ReferenceSetRow)
+        .options(joinedload(ReferenceSetRow.rows))
+        .where(ReferenceSetRow.name == name)
+    )
+    return s.scalars(stmt).unique().first()
 
 
 def _to_model(row: ReferenceSetRow) -> ReferenceSet:
@@ -249,8 +263,10 @@ class ReferenceStore:
         current = self.get(BUILTIN_NAME)
         if current is None or current != ref:
             # another process may store it between our read and write: then theirs stands
+            # (a set none was found of is added, never put over one stored meanwhile: twenty
+            # imports at once replaced each other's new set under their readers)
             with contextlib.suppress(ReferenceExists):
-                self.put(ref, replace=True, builtin=True)
+                self.put(ref, replace=current is not None, builtin=True)
         stamp = self._builtin_stamp()
         if stamp is not None:
             _BUILTIN_CURRENT[self.db] = stamp
@@ -266,17 +282,16 @@ class ReferenceStore:
 
     def get(self, name: str) -> ReferenceSet | None:
         with self.db.session(readonly=True) as s:
-            row = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
+            row = _read_set(s, name)
             return None if row is None else _to_model(row)
 
     def describe(self, name: str) -> dict[str, Any] | None:
         """A set's summary plus its rows (JSON-ready)."""
-        ref = self.get(name)
-        if ref is None:
-            return None
         with self.db.session(readonly=True) as s:
-            row = s.scalar(select(ReferenceSetRow).where(ReferenceSetRow.name == name))
-            assert row is not None
+            row = _read_set(s, name)
+            if row is None:
+                return None
+            ref = _to_model(row)
             out = _set_dict(row, len(ref.rows), ref.settings())
         out["rows"] = [
             {**r.model_dump(mode="json"), "cell_label": r.cell.label, "value": r.value}

@@ -138,3 +138,41 @@ def test_rows_keep_their_order_and_intervals(db: Database) -> None:
     assert got is not None
     assert [r.setting for r in got.rows] == [r.setting for r in published().rows]
     assert any(isinstance(r, ReferenceRow) and r.value_low != r.value_high for r in got.rows)
+
+
+def test_a_set_read_while_another_transaction_replaces_it_is_whole(db: Database) -> None:
+    """A reader of a set being replaced sees the old set or the new one, never a set of no
+    rows: read as two statements, the set row from before a replace and its rows from after
+    (none: they went with it) failed validation on PostgreSQL, a 500 when twenty imports of
+    one set raced (each statement sees its own snapshot there)."""
+    import threading
+
+    store = ReferenceStore(db)
+    ref = small("raced")
+    store.put(ref)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def replace() -> None:
+        other = ReferenceStore(db)
+        while not stop.is_set():
+            other.put(ref, replace=True)
+
+    writer = threading.Thread(target=replace, daemon=True)
+    writer.start()
+    try:
+        seen = 0
+        for _ in range(400):
+            try:
+                got = store.get("raced")
+            except Exception as exc:  # the bug: a validation error of a set without rows
+                errors.append(exc)
+                break
+            if got is not None:
+                assert got.rows == ref.rows
+                seen += 1
+    finally:
+        stop.set()
+        writer.join(30)
+    assert not errors, errors[0]
+    assert seen > 0

@@ -396,8 +396,7 @@ def _unreadable_axes(trials: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     if not bad:
         return trials, []
     trials = [
-        t if isinstance(t.get("axis_values"), Mapping) else {**t, "axis_values": {}}
-        for t in trials
+        t if isinstance(t.get("axis_values"), Mapping) else {**t, "axis_values": {}} for t in trials
     ]
     shown = ", ".join(str(i) for i in bad[:5]) + (
         f" and {len(bad) - 5} more" if len(bad) > 5 else ""

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
     # submission answered p99 280 ms over 8 threads, 115 ms over 2 (GIL hand-offs between
     # runnable threads, bench/results/read_scale.md).
     quick_threads: int = Field(default=2, ge=1, le=32)
+    # Threads for a key's small read on a *server* database (PostgreSQL), apart from the short
+    # CPU work above: such a read holds its thread through a round trip to another process,
+    # not the GIL, so two threads queued 32 readers behind one another's round trips (p50
+    # 250 ms at 10k trials under a writer; 8 threads: 34 ms, 16: no better; AMD EPYC,
+    # bench/results/live_reads.md). Also the size of the async pool of trial documents. The
+    # connection pool (``storage.db``) holds these and the API's threads.
+    server_read_threads: int = Field(default=8, ge=1, le=32)
     # Replay cached anonymous reads before routing while the database is unchanged
     # (api.fastlane). Off: every read goes through its route (to compare, or to rule it out).
     fast_lane: bool = True

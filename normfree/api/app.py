@@ -130,10 +130,13 @@ def create_app(
 
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         state.quick_limiter = anyio.CapacityLimiter(settings.quick_threads)
+        state.read_limiter = anyio.CapacityLimiter(settings.server_read_threads)
         if state.db.is_postgres:
             from normfree.storage.async_reads import AsyncTrialDocuments
 
-            state.trial_documents = AsyncTrialDocuments(state.db.url, size=settings.quick_threads)
+            state.trial_documents = AsyncTrialDocuments(
+                state.db.url, size=settings.server_read_threads
+            )
         app.state.offload.open()  # a lifespan may run again after a close (test clients)
         if freeze_heap:  # a server process: its worker processes start now, not on first use
             app.state.offload.start()

@@ -104,11 +104,16 @@ async def small_read(state: services.ServiceState, fn: Callable[..., T], *args: 
     On a server database it is a round trip to another process, which on a small
     machine waits for that process to be scheduled: run on the loop, every request in flight
     waited too (PostgreSQL leaderboard p99 462 ms at 32 clients, bench/results/read_scale.md),
-    so it goes to the thread pool, one hand-off per request.
+    so it goes to threads of its own (``settings.server_read_threads``), one hand-off per
+    request: not the two of :func:`quick`, whose work holds the GIL, where 32 readers queued
+    behind each other's round trips.
     """
     if state.db.is_sqlite:
         return fn(*args)
-    return await quick(state, fn, *args)
+    limiter = state.read_limiter or state.quick_limiter
+    if limiter is None:
+        return await run_in_threadpool(fn, *args)
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
 
 
 async def quick(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:

@@ -366,3 +366,56 @@ def test_short_work_runs_in_its_own_few_threads(
 
     assert api.client.portal.call(many) == 8  # type: ignore[union-attr]
     assert peak == 2
+
+
+def test_small_reads_on_a_server_database_have_threads_of_their_own(
+    make_api: Callable[..., Api], postgres_database_url: str
+) -> None:
+    """On PostgreSQL a key's small read (``reads.small_read``) holds its thread through a round
+    trip: it runs on ``server_read_threads`` of its own, at most that many at once, and never
+    queues behind the short CPU work of ``reads.quick`` (two threads there queued 32 readers
+    behind each other's round trips)."""
+    import threading
+    import time
+
+    import anyio
+
+    from normfree.api import reads
+
+    api = make_api(postgres_database_url, quick_threads=1, server_read_threads=3)
+    state = api.app.state.services
+    lock = threading.Lock()
+    running, peak = 0, 0
+    release = threading.Event()
+
+    def read() -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+        return 1
+
+    async def many() -> int:
+        results: list[int] = []
+
+        async def one() -> None:
+            results.append(await reads.small_read(state, read))
+
+        async with anyio.create_task_group() as tg:
+            # the one quick thread is held throughout: small reads must not need it
+            tg.start_soon(reads.quick, state, release.wait)
+            for _ in range(9):
+                tg.start_soon(one)
+            try:
+                with anyio.fail_after(30):
+                    while len(results) < 9:
+                        await anyio.sleep(0.01)
+            finally:
+                release.set()  # a thread cannot be cancelled: let it end either way
+        return sum(results)
+
+    assert api.client.portal.call(many) == 9  # type: ignore[union-attr]
+    assert peak == 3

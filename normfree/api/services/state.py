@@ -60,6 +60,9 @@ class ServiceState:
     # The limiter of short blocking work (settings.quick_threads; api.reads.quick), made on the
     # event loop when the app starts; None before: such work then takes anyio's default.
     quick_limiter: Any = None
+    # The limiter of small reads on a server database (settings.server_read_threads;
+    # api.reads.small_read), made with the one above.
+    read_limiter: Any = None
     # PostgreSQL: finished trials' documents read on the event loop (storage.async_reads).
     trial_documents: Any = None
     # The keys' database reads kept for the generation they were read at (api.reads).

@@ -23,6 +23,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -56,13 +57,22 @@ class GenerationMemo:
     """
 
     MAX_ENTRIES = 4096
+    # How long a request waits for the same read at the same generation in flight on another
+    # thread before reading itself (a round trip takes a few ms; a stuck one must not hold all).
+    SHARE_WAIT_S = 2.0
 
     def __init__(self) -> None:
         self._entries: OrderedDict[Hashable, tuple[Hashable, Any]] = OrderedDict()
+        self._flights: dict[tuple[Hashable, Hashable], Future[Any]] = {}
         self._lock = threading.Lock()
         self.hits = 0
+        self.shared = 0  # of the hits, those that waited for a read in flight
 
     def read(self, what: Hashable, fn: Callable[[], T]) -> T:
+        """``fn()``, or its value read at this request's generation by an earlier request or
+        by one in flight now. Sharing the read in flight matters on PostgreSQL: after a commit
+        the readers of one key arrive together, and each of their round trips held a thread
+        that the others queued for (bench/results/live_reads.md)."""
         generation = fastlane.GENERATION.get()
         if generation is None:
             return fn()
@@ -72,12 +82,33 @@ class GenerationMemo:
                 self._entries.move_to_end(what)
                 self.hits += 1
                 return held[1]  # type: ignore[no-any-return]
-        value = fn()
+            flight = self._flights.get((what, generation))
+            lead = flight is None
+            if flight is None:
+                flight = self._flights[(what, generation)] = Future()
+        if not lead:
+            try:
+                value = flight.result(timeout=self.SHARE_WAIT_S)
+            except Exception:  # the leader failed or is stuck: read as without it
+                return fn()
+            with self._lock:
+                self.hits += 1
+                self.shared += 1
+            return value  # type: ignore[no-any-return]
+        try:
+            value = fn()
+        except BaseException as exc:
+            with self._lock:
+                self._flights.pop((what, generation), None)
+            flight.set_exception(exc)
+            raise
         with self._lock:
+            self._flights.pop((what, generation), None)
             self._entries[what] = (generation, value)
             self._entries.move_to_end(what)
             while len(self._entries) > self.MAX_ENTRIES:
                 self._entries.popitem(last=False)
+        flight.set_result(value)
         return value
 
 

@@ -329,3 +329,64 @@ def test_without_a_generation_nothing_is_kept() -> None:
     finally:
         fastlane.GENERATION.reset(token)
     assert memo.hits == 1
+
+
+def test_a_read_in_flight_at_one_generation_is_shared() -> None:
+    """Requests at one generation that want the same key's read while it is in flight wait
+    for it instead of each making the round trip (on PostgreSQL each held a thread the others
+    queued for); a read that fails leaves the waiters to read for themselves."""
+    import threading
+    import time
+
+    from normfree.api.reads import GenerationMemo
+
+    memo, calls, got = GenerationMemo(), [], []
+    started = threading.Event()
+
+    def slow() -> int:
+        calls.append(1)
+        started.set()
+        time.sleep(0.3)
+        return 42
+
+    def request(fn: Any) -> None:
+        token = fastlane.GENERATION.set(("lane", 1))
+        try:
+            got.append(memo.read("study", fn))
+        except RuntimeError as exc:
+            got.append(str(exc))
+        finally:
+            fastlane.GENERATION.reset(token)
+
+    leader = threading.Thread(target=request, args=(slow,))
+    leader.start()
+    assert started.wait(10)
+    followers = [threading.Thread(target=request, args=(slow,)) for _ in range(5)]
+    for t in followers:
+        t.start()
+    for t in [leader, *followers]:
+        t.join(10)
+    assert got == [42] * 6 and len(calls) == 1 and memo.shared == 5
+
+    # the leader fails: every follower reads itself (and may succeed)
+    started.clear()
+
+    def failing() -> int:
+        started.set()
+        time.sleep(0.3)
+        raise RuntimeError("connection lost")
+
+    def ok() -> int:
+        return 7
+
+    memo2, got[:] = GenerationMemo(), []
+    memo = memo2
+    leader = threading.Thread(target=request, args=(failing,))
+    leader.start()
+    assert started.wait(10)
+    followers = [threading.Thread(target=request, args=(ok,)) for _ in range(3)]
+    for t in followers:
+        t.start()
+    for t in [leader, *followers]:
+        t.join(10)
+    assert sorted(map(str, got)) == ["7", "7", "7", "connection lost"]

@@ -340,53 +340,46 @@ def test_a_read_in_flight_at_one_generation_is_shared() -> None:
 
     from normfree.api.reads import GenerationMemo
 
-    memo, calls, got = GenerationMemo(), [], []
-    started = threading.Event()
+    def race(memo: GenerationMemo, lead: Callable[[], int], follow: Callable[[], int]) -> list:
+        """``lead`` read on one thread, then ``follow`` on three more while it runs."""
+        got: list[Any] = []
+        started = threading.Event()
 
-    def slow() -> int:
+        def request(fn: Callable[[], int]) -> None:
+            token = fastlane.GENERATION.set(("lane", 1))
+            try:
+                got.append(memo.read("study", fn))
+            except RuntimeError as exc:
+                got.append(str(exc))
+            finally:
+                fastlane.GENERATION.reset(token)
+
+        def leader() -> int:
+            started.set()
+            time.sleep(0.3)
+            return lead()
+
+        threads = [threading.Thread(target=request, args=(leader,))]
+        threads[0].start()
+        assert started.wait(10)
+        threads += [threading.Thread(target=request, args=(follow,)) for _ in range(3)]
+        for t in threads[1:]:
+            t.start()
+        for t in threads:
+            t.join(10)
+        return sorted(map(str, got))
+
+    memo, calls = GenerationMemo(), []
+
+    def read() -> int:
         calls.append(1)
-        started.set()
-        time.sleep(0.3)
         return 42
 
-    def request(fn: Any) -> None:
-        token = fastlane.GENERATION.set(("lane", 1))
-        try:
-            got.append(memo.read("study", fn))
-        except RuntimeError as exc:
-            got.append(str(exc))
-        finally:
-            fastlane.GENERATION.reset(token)
-
-    leader = threading.Thread(target=request, args=(slow,))
-    leader.start()
-    assert started.wait(10)
-    followers = [threading.Thread(target=request, args=(slow,)) for _ in range(5)]
-    for t in followers:
-        t.start()
-    for t in [leader, *followers]:
-        t.join(10)
-    assert got == [42] * 6 and len(calls) == 1 and memo.shared == 5
-
-    # the leader fails: every follower reads itself (and may succeed)
-    started.clear()
+    assert race(memo, read, read) == ["42"] * 4
+    assert len(calls) == 1 and memo.shared == 3
 
     def failing() -> int:
-        started.set()
-        time.sleep(0.3)
         raise RuntimeError("connection lost")
 
-    def ok() -> int:
-        return 7
-
-    memo2, got[:] = GenerationMemo(), []
-    memo = memo2
-    leader = threading.Thread(target=request, args=(failing,))
-    leader.start()
-    assert started.wait(10)
-    followers = [threading.Thread(target=request, args=(ok,)) for _ in range(3)]
-    for t in followers:
-        t.start()
-    for t in [leader, *followers]:
-        t.join(10)
-    assert sorted(map(str, got)) == ["7", "7", "7", "connection lost"]
+    # the leader fails: every follower reads for itself
+    assert race(GenerationMemo(), failing, lambda: 7) == ["7", "7", "7", "connection lost"]

@@ -326,32 +326,39 @@ def test_a_cached_read_answers_while_every_api_thread_is_busy(make_api, sqlite_d
     assert waited < 5, f"a cached read waited {waited:.1f} s for the thread pool"
 
 
+class _Concurrency:
+    """A blocking call (50 ms) that counts how many of it run at once (``peak``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.running = self.peak = 0
+
+    def __call__(self) -> int:
+        import time
+
+        with self._lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(0.05)
+        with self._lock:
+            self.running -= 1
+        return 1
+
+
 def test_short_work_runs_in_its_own_few_threads(
     make_api: Callable[..., Api], sqlite_database_url: str
 ) -> None:
-    """``reads.quick`` (a submission, a small read on a server database) runs at most
-    ``quick_threads`` at once, apart from the default pool, whatever the number waiting."""
-    import threading
-    import time
-
+    """``reads.quick`` (a submission, a known function's check) runs at most ``quick_threads``
+    at once, apart from the default pool, whatever the number waiting."""
     import anyio
 
     from normfree.api import reads
 
     api = make_api(sqlite_database_url, quick_threads=2, api_threads=8)
     state = api.app.state.services
-    lock = threading.Lock()
-    running, peak = 0, 0
-
-    def work() -> int:
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-        time.sleep(0.05)
-        with lock:
-            running -= 1
-        return 1
+    work = _Concurrency()
 
     async def many() -> int:
         results: list[int] = []
@@ -365,7 +372,7 @@ def test_short_work_runs_in_its_own_few_threads(
         return sum(results)
 
     assert api.client.portal.call(many) == 8  # type: ignore[union-attr]
-    assert peak == 2
+    assert work.peak == 2
 
 
 def test_small_reads_on_a_server_database_have_threads_of_their_own(
@@ -376,7 +383,6 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
     queues behind the short CPU work of ``reads.quick`` (two threads there queued 32 readers
     behind each other's round trips)."""
     import threading
-    import time
 
     import anyio
 
@@ -384,19 +390,8 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
 
     api = make_api(postgres_database_url, quick_threads=1, server_read_threads=3)
     state = api.app.state.services
-    lock = threading.Lock()
-    running, peak = 0, 0
+    read = _Concurrency()
     release = threading.Event()
-
-    def read() -> int:
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-        time.sleep(0.05)
-        with lock:
-            running -= 1
-        return 1
 
     async def many() -> int:
         results: list[int] = []
@@ -418,4 +413,4 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
         return sum(results)
 
     assert api.client.portal.call(many) == 9  # type: ignore[union-attr]
-    assert peak == 3
+    assert read.peak == 3

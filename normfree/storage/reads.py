@@ -69,6 +69,17 @@ def study_reused(conn: Any, study_id: int) -> int:
     return int(conn.execute(q).scalar() or 0)
 
 
+def recent_study_ids(conn: Any, limit: int) -> list[int]:
+    """The ``limit`` studies updated last (archived ones left out): those a server warms."""
+    rows = conn.execute(
+        sa.select(StudyRow.id)
+        .where(StudyRow.archived_at.is_(None))
+        .order_by(StudyRow.updated_at.desc(), StudyRow.id.desc())
+        .limit(limit)
+    )
+    return [int(i) for (i,) in rows]
+
+
 def study_stamp(conn: Any, study_id: int) -> tuple[Any, ...] | None:
     """(status, updated_at, per-status counts) of a study: what its summary depends on (see
     ``api.services.study_key``). None when there is no such study."""

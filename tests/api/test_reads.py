@@ -414,3 +414,44 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
 
     assert api.client.portal.call(many) == 9  # type: ignore[union-attr]
     assert read.peak == 3
+
+
+def test_a_server_start_builds_the_last_updated_studies(
+    make_api: Callable[..., Api], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``app.warm_studies`` (run by a server's warm-up) builds the summaries of the studies
+    updated last, newest first, archived ones left out: their first read after a start is a
+    cache hit, and a commit to one of them still shows at once."""
+    from normfree.api.app import warm_studies
+
+    api = make_api(database_url, prescreen=False)
+    older = _study(api.repo, [NormSpec(name="erf")])
+    _finish(api.repo, older)
+    newer = _study(api.repo, [NormSpec(name="tanh")])
+    _finish(api.repo, newer, limit=1)
+    gone = _study(api.repo, [NormSpec(name="arctan")])
+    _finish(api.repo, gone)
+    api.repo.set_study_status(gone, "complete")
+    api.repo.archive_study(gone)
+    state = api.app.state.services
+
+    assert warm_studies(state, limit=5) == [newer, older]
+    assert warm_studies(state, limit=1) == [newer]
+    from normfree.api import services
+
+    built: list[int] = []
+    get_study = services.get_study
+
+    def counted(state_: object, study_id: int, **kw: object) -> object:
+        built.append(study_id)
+        return get_study(state_, study_id, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(services, "get_study", counted)
+    first = api.client.get(f"/api/studies/{newer}?trials=false")
+    assert first.status_code == 200 and first.json()["progress"]["complete"] == 1
+    assert built == []  # its summary was built at the start, not by its first reader
+    assert api.client.get(f"/studies/{older}").status_code == 200 and built == []
+
+    _finish(api.repo, newer)  # a worker's commit: the warmed build is not served
+    assert api.client.get(f"/api/studies/{newer}?trials=false").json()["progress"]["complete"] == 2
+    assert built == [newer]

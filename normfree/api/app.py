@@ -171,7 +171,7 @@ def create_app(
                 state.cache.remote = None
                 builder.close()
             if freeze_heap:
-                offload.close_background()
+                offload.close_background(final=True)
             state.close()
 
     app = FastAPI(

@@ -578,19 +578,31 @@ class BackgroundWorker:
 
 
 _BACKGROUND: BackgroundWorker | None = None
+# Set once this process's server stops (``close_background(final=True)``): background work
+# is then not computed here instead. A line or an analysis still queued at a stop had fallen
+# back to sympy on a daemon thread, which the interpreter's exit aborted ("Fatal Python
+# error: Aborted", exit status 134 after a clean shutdown); seen with studies warmed at start.
+_STOPPING = False
+
+
+class ServerStopping(RuntimeError):
+    """Background work asked for while the server stops: nobody will read its result."""
 
 
 def start_background() -> None:
     """Give this process (a server) its background worker, starting now."""
-    global _BACKGROUND
+    global _BACKGROUND, _STOPPING
+    _STOPPING = False
     if _BACKGROUND is None:
         _BACKGROUND = BackgroundWorker()
         _BACKGROUND.start()
 
 
-def close_background() -> None:
-    """Stop this process's background worker (the server is stopping)."""
-    global _BACKGROUND
+def close_background(final: bool = False) -> None:
+    """Stop this process's background worker. ``final``: the server is stopping (its app's
+    shutdown), and no background work is computed here from now on (``in_background``)."""
+    global _BACKGROUND, _STOPPING
+    _STOPPING = _STOPPING or final
     worker, _BACKGROUND = _BACKGROUND, None
     if worker is not None:
         worker.close()
@@ -599,13 +611,18 @@ def close_background() -> None:
 def in_background(target: str, *args: Any, what: str, seconds: float) -> tuple[bool, Any]:
     """(True, ``target(*args)``) computed in this process's background worker; (False, None)
     when the process has none (an app built in a test's process) or the worker failed (logged),
-    so that the caller computes it here instead: a background computation is never lost."""
+    so that the caller computes it here instead: a background computation is never lost.
+    Raises :class:`ServerStopping` once the server stops (nothing is computed here then)."""
     worker = _BACKGROUND
+    if _STOPPING:
+        raise ServerStopping(f"{what}: the server is stopping")
     if worker is None:
         return False, None
     try:
         return True, worker.run(target, *args, what=what, seconds=seconds)
     except ApiError as exc:
+        if _STOPPING:  # the worker was closed under this job
+            raise ServerStopping(f"{what}: the server is stopping") from exc
         log.warning("%s in the background worker failed (%s); computed here", what, exc.message)
         return False, None
 
@@ -618,6 +635,7 @@ def pool(request: Any) -> OffloadPool:
 __all__ = [
     "BackgroundWorker",
     "OffloadPool",
+    "ServerStopping",
     "close_background",
     "in_background",
     "pool",

@@ -84,3 +84,18 @@ def test_without_a_worker_the_process_computes_them(seeded: tuple[Any, int]) -> 
     state, sid = seeded
     assert offload.in_background("os:getpid", what="a pid", seconds=5) == (False, None)
     assert fidelity.summary_anywhere(state, study_id=sid) == fidelity.summary(state, study_id=sid)
+
+
+def test_a_stopping_server_computes_no_background_work_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once a server stops (its app's shutdown closes the worker for good), background work
+    asked for is refused, not computed here: a fidelity line still queued at a stop had run
+    sympy on a daemon thread that the interpreter's exit aborted (status 134). A worker closed
+    otherwise (tests) leaves the usual fallback."""
+    monkeypatch.setattr(offload, "_STOPPING", False)  # restored after the test
+    offload.close_background()  # not final: nothing changes
+    assert offload.in_background("math:sqrt", 4.0, what="x", seconds=5.0) == (False, None)
+    offload.close_background(final=True)
+    with pytest.raises(offload.ServerStopping, match="the fidelity line: the server is stopping"):
+        offload.in_background("math:sqrt", 4.0, what="the fidelity line", seconds=5.0)

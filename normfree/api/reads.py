@@ -84,7 +84,7 @@ class GenerationMemo:
                 return held[1]  # type: ignore[no-any-return]
             flight = self._flights.get((what, generation))
             lead = flight is None
-            if flight is None:
+            if flight is None:  # (not ``if lead``: this narrows flight's type)
                 flight = self._flights[(what, generation)] = Future()
         if not lead:
             try:
@@ -141,19 +141,22 @@ async def small_read(state: services.ServiceState, fn: Callable[..., T], *args: 
     """
     if state.db.is_sqlite:
         return fn(*args)
-    limiter = state.read_limiter or state.quick_limiter
-    if limiter is None:
-        return await run_in_threadpool(fn, *args)
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
+    return await _in_threads(state.read_limiter, fn, *args)
 
 
 async def quick(state: services.ServiceState, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a thread of the short-work limiter (``settings.quick_threads``): for
     blocking work of a millisecond or so, which must not queue behind a slow build in the
     default pool, and which more threads would only slow (they take turns on the GIL)."""
-    if state.quick_limiter is None:
+    return await _in_threads(state.quick_limiter, fn, *args)
+
+
+async def _in_threads(limiter: Any, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread under ``limiter``; None (before the app's start made the
+    limiters) takes anyio's default pool."""
+    if limiter is None:
         return await run_in_threadpool(fn, *args)
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=state.quick_limiter)
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
 
 
 def derived(kind: str, key: Key, *extra: Hashable) -> Key:

@@ -209,14 +209,31 @@ def seed_to(url: str, target: int, writers: int) -> dict[str, Any]:
         if pool is not None:
             pool.close()
             pool.join()
-    db.dispose()
     dt = time.perf_counter() - t0
+    analysed = _store_analyses(db)
+    db.dispose()
     return {
         "trials": have + written,
         "studies": studies,
         "seed_s": round(dt, 1),
         "writes_per_s": round(written / dt, 1) if dt and written else None,
+        "analyses_stored": analysed,
     }
+
+
+def _store_analyses(db: Any) -> int:
+    """Store the arms' function analyses as a server that served this database before has
+    (``storage.analyses``): a database of 10k trials has, and its next start adopts them.
+    Only the names not stored yet under this code's version; how many that was."""
+    from normfree.api.services.leaderboards import BASELINES, describe
+    from normfree.storage import analyses, reads
+    from normfree.workers.versions import catalog_version
+
+    version = catalog_version()
+    have = {n for n, _info in analyses.load(db, version)}
+    with db.read() as conn:
+        names = sorted({c for _p, c in reads.arm_candidates(conn)} - have - set(BASELINES))
+    return analyses.save(db, version, [(n, describe(n)) for n in names])
 
 
 # -- load --------------------------------------------------------------------------------------

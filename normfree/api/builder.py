@@ -89,7 +89,7 @@ def _builder_main(conn: Connection, settings: dict[str, Any], catalog: Any) -> N
     # computed by the server, never here (a name it has not analysed yet shows as it does there)
     if catalog is not None:
         candidates._CATALOG = catalog
-    services.ENRICHER._analyse = lambda _name: None
+    services.ENRICHER.borrow()
     LINES.borrow({})
 
     # Reads here are asked by the serving process, which has already checked the reader; a

@@ -18,10 +18,15 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from normfree.storage.analyses import Info
+
 log = logging.getLogger(__name__)
 
-Info = tuple[str, dict[str, Any]] | None
+Sink = Callable[[list[tuple[str, Info]]], Any]
 _MISSING = object()
+# Analyses done before they are stored even while the queue is still long (a crash loses at
+# most this many); the rest are stored when the queue runs empty.
+FLUSH_EVERY = 32
 
 
 class Enricher:
@@ -37,7 +42,45 @@ class Enricher:
         self._queue: queue.Queue[str] = queue.Queue()
         self._queued: set[str] = set()
         self._thread: threading.Thread | None = None
+        self._sink: Sink | None = None  # where analyses done here are kept (``attach``)
+        self._unsaved: list[tuple[str, Info]] = []
+        self._borrowed = False
         self.epoch = 0
+
+    def attach(self, stored: Iterable[tuple[str, Info]], sink: Sink) -> None:
+        """Adopt the analyses a store kept (``stored``) and keep every later one there
+        (``sink`` takes a list of them). A process that borrows its analyses stores nothing."""
+        if self._borrowed:
+            return
+        self.adopt(stored)
+        with self._lock:
+            self._sink = sink
+
+    def borrow(self) -> None:
+        """Analyse nothing here: names are known only as another process sends them
+        (``adopt``; a read builder, ``api.builder``), and nothing is stored from here, where an
+        unknown name would read as "not a catalog function"."""
+        with self._lock:
+            self._borrowed = True
+            self._analyse = lambda _name: None
+            self._sink = None
+            self._unsaved.clear()
+
+    def flush(self) -> int:
+        """Store the analyses done here since the last flush; how many. A store that fails
+        loses nothing shown (the analyses stay known here); they are analysed again after the
+        next start."""
+        with self._lock:
+            sink, items = self._sink, self._unsaved
+            self._unsaved = []
+        if sink is None or not items:
+            return 0
+        try:
+            sink(items)
+        except Exception:
+            log.warning("could not store %d function analyses", len(items), exc_info=True)
+            return 0
+        return len(items)
 
     def peek(self, name: str) -> Any:
         """The analysis if done (None: not a catalog function), else ``MISSING``."""
@@ -98,16 +141,22 @@ class Enricher:
             if name not in self._known:
                 self._known[name] = info
                 self.epoch += 1
+                if self._sink is not None:
+                    self._unsaved.append((name, info))
             self._queued.discard(name)
         return info
 
     def _loop(self) -> None:
         while True:
-            if self._queue.empty() and self._on_idle is not None:
-                self._on_idle()
+            if self._queue.empty():
+                self.flush()
+                if self._on_idle is not None:
+                    self._on_idle()
             name = self._queue.get()
             if name not in self._known:
                 self._store(name, self._safe(name))
+                if len(self._unsaved) >= FLUSH_EVERY:
+                    self.flush()
             else:
                 with self._lock:
                     self._queued.discard(name)

@@ -342,6 +342,21 @@ class ReadVersionRow(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class FunctionAnalysisRow(Base):
+    """A function's group and properties as ``search_space.catalog.describe`` gave them under
+    a catalog code ``version`` (``workers.versions.catalog_version``): 50-300 ms of sympy per
+    name that a server would otherwise redo for every arm after each start (``api.enrich``).
+    ``info`` is the analysis as JSON text (NULL: not a catalog function); text, not JSONB,
+    because a property may be infinite, which JSON columns refuse."""
+
+    __tablename__ = "function_analyses"
+
+    version: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)  # trials.candidate
+    info: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ApiTokenRow(Base):
     """An API write token; only its SHA-256 is stored, the plaintext is shown once."""
 

@@ -14,6 +14,12 @@ a comment included, gives a new version: a study then trains again rather than t
 the current code might not reproduce. Which device ran a trial is not part of it (nor of the
 key): a GPU's last bits differ from a CPU's, as two CPUs' may.
 
+The function analyses a server keeps across restarts (``storage.analyses``) are versioned by
+:func:`catalog_version`: the ``search_space`` package's sources with the sympy and numpy
+versions, which is all they are computed from. Not by the import closure as the trainer is:
+``search_space`` imports the package root, whose ``__init__`` reaches every module, so any edit
+anywhere would throw the stored analyses away.
+
 Pure Python (``ast`` and ``hashlib``): the planner imports it without torch.
 """
 
@@ -26,6 +32,7 @@ from pathlib import Path
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the normfree package
 TRAINER = _PACKAGE_ROOT / "workers" / "trainer.py"
+SEARCH_SPACE = _PACKAGE_ROOT / "search_space"
 
 
 def _module_files(name: str) -> list[Path]:
@@ -60,13 +67,33 @@ def trainer_sources(start: Path = TRAINER) -> list[Path]:
 
 
 @functools.cache
-def trainer_version() -> str:
-    """The digest of :func:`trainer_sources` (16 hex digits), computed once per process."""
+def sources_version(start: Path) -> str:
+    """The digest of the normfree sources ``start`` runs (16 hex digits), once per process."""
     digest = hashlib.sha256()
-    for path in trainer_sources():
+    for path in trainer_sources(start):
         digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
-__all__ = ["trainer_sources", "trainer_version"]
+def trainer_version() -> str:
+    """The trainer's code version: what a reused trial must have been produced under."""
+    return sources_version(TRAINER)
+
+
+@functools.cache
+def catalog_version() -> str:
+    """The catalog's code version: what a stored function analysis must have been made under
+    (16 hex digits, once per process)."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256()
+    for dist in ("sympy", "numpy"):
+        digest.update(f"{dist}=={version(dist)}\0".encode())
+    for path in sorted(SEARCH_SPACE.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+__all__ = ["catalog_version", "sources_version", "trainer_sources", "trainer_version"]

@@ -3,6 +3,7 @@ catalog, analysed off the request path by ``ENRICHER``) and its fidelity line.""
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import threading
@@ -266,12 +267,17 @@ def proxies_with_results(state: ServiceState) -> list[str]:
 
 def warm_up(state: ServiceState | None = None) -> None:
     """Load the catalog and its properties once (the first request would otherwise pay), then
-    queue the analysis of every function with finished trials (``api.enrich``)."""
+    adopt the analyses stored by earlier starts and queue the analysis of every other function
+    with finished trials (``api.enrich``), storing them as they finish."""
     try:
         _catalog_public()
         if state is not None:
-            from normfree.storage import reads
+            from normfree.storage import analyses, reads
+            from normfree.workers.versions import catalog_version
 
+            version = catalog_version()
+            stored = analyses.load(state.db, version)
+            ENRICHER.attach(stored, functools.partial(analyses.save, state.db, version))
             with state.db.read() as conn:
                 names = sorted({c for _p, c in reads.arm_candidates(conn)})
             ENRICHER.want(n for n in names if n not in BASELINES)

@@ -324,7 +324,7 @@ def study_key(state: services.ServiceState, study_id: int) -> Key:
 
     def read() -> tuple[Any, tuple[tuple[str, int], ...]]:
         with state.db.read() as conn:
-            return reads.study_stamp(conn, study_id), _versions(conn)
+            return reads.study_stamp(conn, study_id), _identity(state, conn)
 
     stamp, versions = at_generation(state, ("study", study_id), read)
     if stamp is None:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -559,17 +559,23 @@ def metric_names(db: Any, proxy: str, sample: int = 200) -> list[str]:
         return sorted({k for (m,) in s.execute(q) for k in (m or {})})
 
 
-def proxies_by_finished(db: Any) -> list[str]:
-    """Proxies with finished trials, most finished first (from the arm summaries)."""
+@cache
+def _proxies_query() -> Any:
+    # built once: the board page asks after every commit under a writer
     a = ArmResultRow.__table__
     total = sa.func.sum(a.c.n_trials)
+    return (
+        sa.select(a.c.proxy, total)
+        .group_by(a.c.proxy)
+        .having(total > 0)
+        .order_by(total.desc(), a.c.proxy)
+    )
+
+
+def proxies_by_finished(db: Any) -> list[str]:
+    """Proxies with finished trials, most finished first (from the arm summaries)."""
     with db.read() as conn:  # Core: the leaderboard page asks on every request
-        rows = conn.execute(
-            sa.select(a.c.proxy, total)
-            .group_by(a.c.proxy)
-            .having(total > 0)
-            .order_by(total.desc(), a.c.proxy)
-        ).all()
+        rows = conn.execute(_proxies_query()).all()
     return [p for p, _n in rows]
 
 

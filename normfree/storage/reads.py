@@ -80,16 +80,37 @@ def recent_study_ids(conn: Any, limit: int) -> list[int]:
     return [int(i) for (i,) in rows]
 
 
+@functools.cache
+def _stamp_query() -> Any:
+    """The study row beside its trials' counts per status, one statement built once: a study's
+    key is read again after every commit under a writer, and building three statements per
+    read (two queries) was a fifth of the event loop's time there (bench/results/live_reads.md)."""
+    t = TrialRow.__table__
+    counts = (
+        sa.select(t.c.status, sa.func.count().label("n"))
+        .where(t.c.study_id == sa.bindparam("sid"))
+        .group_by(t.c.status)
+        .subquery()
+    )
+    return (
+        sa.select(StudyRow.status, StudyRow.updated_at, counts.c.status, counts.c.n)
+        .join_from(StudyRow.__table__, counts, sa.true(), isouter=True)
+        .where(StudyRow.id == sa.bindparam("sid"))
+    )
+
+
 def study_stamp(conn: Any, study_id: int) -> tuple[Any, ...] | None:
     """(status, updated_at, per-status counts) of a study: what its summary depends on (see
     ``api.services.study_key``). None when there is no such study."""
-    row = conn.execute(
-        sa.select(StudyRow.status, StudyRow.updated_at).where(StudyRow.id == study_id)
-    ).first()
-    if row is None:
+    rows = conn.execute(_stamp_query(), {"sid": study_id}).all()
+    if not rows:
         return None
-    counts = tuple(sorted(study_counts(conn, study_id).items()))
-    return (row.status, row.updated_at.isoformat(), counts)
+    counts = dict.fromkeys(TRIAL_STATUSES, 0)
+    for _status, _updated, trial_status, n in rows:
+        if trial_status is not None:
+            counts[trial_status] = int(n)
+    status, updated = rows[0][0], rows[0][1]
+    return (status, updated.isoformat(), tuple(sorted(counts.items())))
 
 
 def _columns(fields: Iterable[str]) -> list[Any]:

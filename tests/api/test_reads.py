@@ -419,9 +419,9 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
 def test_a_server_start_builds_the_last_updated_studies(
     make_api: Callable[..., Api], database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``app.warm_studies`` (run by a server's warm-up) builds the summaries of the studies
-    updated last, newest first, archived ones left out: their first read after a start is a
-    cache hit, and a commit to one of them still shows at once."""
+    """``app.warm_studies`` (run by a server's warm-up) builds the summaries and the fidelity
+    lines of the studies updated last, newest first, archived ones left out: their first read
+    after a start is a cache hit, and a commit to one of them still shows at once."""
     from normfree.api.app import warm_studies
 
     api = make_api(database_url, prescreen=False)
@@ -447,10 +447,21 @@ def test_a_server_start_builds_the_last_updated_studies(
         return get_study(state_, study_id, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(services, "get_study", counted)
+    from normfree.api import fidelity
+
+    lined: list[object] = []
+    summary_anywhere = fidelity.summary_anywhere
+
+    def line_counted(state_: object, **kw: object) -> object:
+        lined.append(kw)
+        return summary_anywhere(state_, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fidelity, "summary_anywhere", line_counted)
     first = api.client.get(f"/api/studies/{newer}?trials=false")
     assert first.status_code == 200 and first.json()["progress"]["complete"] == 1
     assert built == []  # its summary was built at the start, not by its first reader
     assert api.client.get(f"/studies/{older}").status_code == 200 and built == []
+    assert lined == []  # and its page's fidelity line (the page waited for it: 0.25 s)
 
     _finish(api.repo, newer)  # a worker's commit: the warmed build is not served
     assert api.client.get(f"/api/studies/{newer}?trials=false").json()["progress"]["complete"] == 2

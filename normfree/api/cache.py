@@ -372,6 +372,7 @@ def respond(
     status_code: int = 200,
     store: bool = True,
     replay: bool = True,
+    rekey: fastlane.Rekey | None = None,
 ) -> Response:
     """A 304 when the client holds ``key``'s ETag, else the cached (or built) body.
 
@@ -380,7 +381,9 @@ def respond(
     nothing: for reads that are cheap, scale-free and rarely repeated (one trial of thousands),
     which would only push the shared entries out. ``replay``: a fresh stored answer may be
     replayed by the fast lane while the database is unchanged (``api.fastlane``); off for a
-    key that also depends on something outside the database and the analyses.
+    key that also depends on something outside the database and the analyses. ``rekey``
+    (the route's key for the request, computed again) lets the lane revalidate the answer
+    after a commit (``fastlane.allow``).
     """
     etag = etag_of(key)
     headers = _headers(etag)
@@ -397,7 +400,7 @@ def respond(
             # the previous version too: the same request gets the same answer until a commit
             # or a finished build (``builds``, in the lane's stamp) moves it; followers of one
             # read after a commit replay the leader's answer instead of each going the slow way
-            fastlane.allow(request.scope)
+            fastlane.allow(request.scope, served, rekey)
     else:
         hit = build()
     return _encoded(request, hit, headers, status_code)
@@ -440,6 +443,7 @@ async def serve(
     *,
     store: bool = True,
     replay: bool = True,
+    rekey: fastlane.Rekey | None = None,
 ) -> Response:
     """:func:`respond` for ``async`` routes: a hit is answered on the event loop, a miss is
     built in the thread pool.
@@ -452,10 +456,12 @@ async def serve(
     if store:
         fast = answer_from_cache(request, cache, key)
         if fast is not None:
-            if replay:
-                fastlane.allow(request.scope)
+            if replay and fast.status_code == 200:
+                fastlane.allow(request.scope, key, rekey)
             return fast
-    return await run_in_threadpool(respond, request, cache, key, build, store=store, replay=replay)
+    return await run_in_threadpool(
+        respond, request, cache, key, build, store=store, replay=replay, rekey=rekey
+    )
 
 
 def json_body(model: Any) -> Cached:

@@ -383,3 +383,44 @@ def test_a_read_in_flight_at_one_generation_is_shared() -> None:
 
     # the leader fails: every follower reads for itself
     assert race(GenerationMemo(), failing, lambda: 7) == ["7", "7", "7", "connection lost"]
+
+
+@pytest.mark.postgres
+def test_a_commit_elsewhere_revalidates_instead_of_routing(
+    half_finished: tuple[Api, int],
+) -> None:
+    """After a commit, an answer whose key did not move (another study leased a trial: no
+    board, no other study changed) is replayed once its key is read again, without the app;
+    the study the commit touched goes through and shows it. Byte for byte as the route."""
+    from normfree.specs import NormSpec
+    from tests.api.test_reads import _study
+
+    api, sid = half_finished
+    c, repo = api.client, api.repo
+    other = _study(repo, [NormSpec(name="tanh")], seeds=20)
+    urls = ["/api/leaderboards/vit-tiny", "/?proxy=vit-tiny", f"/api/studies/{sid}",
+            f"/studies/{sid}"]  # fmt: skip
+    wait_for_analyses(api)
+    lane = lane_of(api.app)
+    assert c.get(f"/api/studies/{other}").json()["progress"]["running"] == 0
+    leased = 0
+    for _ in range(19):  # PostgreSQL's snapshot is the server's: autovacuum moves it
+        first = {u: c.get(u) for u in urls}
+        assert repo.lease_next(other, "elsewhere", 60) is not None  # a worker's commit
+        leased += 1
+        before = lane.revalidated
+        again = {u: c.get(u) for u in urls}
+        if lane.revalidated == before + len(urls):
+            break
+    assert lane.revalidated == before + len(urls)  # none went through the app
+    for u in urls:
+        assert first[u].status_code == 200, u
+        assert _comparable(again[u]) == _comparable(first[u]), u
+    touched = c.get(f"/api/studies/{other}").json()["progress"]
+    assert touched["running"] == leased  # the study the commit moved is answered anew
+    _finish(repo, sid)  # moves the board and the study: neither is revalidated
+    before = lane.revalidated
+    board = c.get("/api/leaderboards/vit-tiny").json()
+    assert sum(r["n_total"] for r in board["rows"]) == 4
+    assert c.get(f"/api/studies/{sid}").json()["progress"]["complete"] == 4
+    assert lane.revalidated == before

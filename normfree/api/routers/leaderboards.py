@@ -58,9 +58,13 @@ async def get_leaderboard(
             archived=archived,
         )
         return export.respond(rows, format, f"leaderboard-{proxy}")
-    key = await reads.small_read(
-        state, reads.leaderboard_key, state, proxy, group, properties, study_id, archived
-    )
+
+    async def current_key() -> reads.Key:
+        return await reads.small_read(
+            state, reads.leaderboard_key, state, proxy, group, properties, study_id, archived
+        )
+
+    key = await current_key()
 
     def build() -> cache.Cached:
         board = reads.leaderboard(
@@ -74,4 +78,4 @@ async def get_leaderboard(
         )
         return cache.json_body(board)
 
-    return await cache.serve(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build, rekey=current_key)

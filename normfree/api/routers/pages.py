@@ -126,6 +126,9 @@ async def page_leaderboard(
 
     proxies, proxy, lb_key, key = await reads.small_read(state, keys)
 
+    async def current_key() -> reads.Key:
+        return (await reads.small_read(state, keys))[3]
+
     def build() -> cache.Cached:
         parts = PageParts("leaderboard")
         board = None
@@ -180,7 +183,7 @@ async def page_leaderboard(
             )
         )
 
-    return await cache.serve(request, state.cache, key, build)
+    return await cache.serve(request, state.cache, key, build, rekey=current_key)
 
 
 @router.get("/candidates", response_class=HTMLResponse, name="page_candidates")
@@ -351,9 +354,14 @@ async def page_study(
     """A study's picture (metric vs transform value per base function), cells and progress; the
     trial table loads a page at a time from ``/api/studies/{id}/trials``. Cached like the
     study's summary."""
-    error = state.runner.errors.get(study_id) if state.runner else None
-    study = await reads.small_read(state, reads.study_key, state, study_id)
-    key = reads.derived("page-study", study, str(request.base_url), error)
+
+    async def current_key() -> reads.Key:
+        error = state.runner.errors.get(study_id) if state.runner else None
+        study = await reads.small_read(state, reads.study_key, state, study_id)
+        return reads.derived("page-study", study, str(request.base_url), error)
+
+    key = await current_key()
+    error = key[0][-1]
 
     def build() -> cache.Cached:
         parts = PageParts("study")
@@ -409,7 +417,7 @@ async def page_study(
 
     # a driver's error lives in this process only: such a page is never replayed
     replay = error is None and not reads.driven(key)
-    return await cache.serve(request, state.cache, key, build, replay=replay)
+    return await cache.serve(request, state.cache, key, build, replay=replay, rekey=current_key)
 
 
 @router.get("/studies/{study_id}/figure.json", name="page_study_figure")

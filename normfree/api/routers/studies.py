@@ -124,9 +124,14 @@ async def get_study(
     ``cursor=`` on /api/studies/{id}/trials (the same pages). Cached until a trial of the
     study starts or finishes or its status changes, and sends an ETag (``If-None-Match``
     answers 304)."""
-    key = await reads.small_read(state, reads.study_key, state, study_id)
-    if trials:
-        key = reads.derived("study-detail", key, trials_limit, trials_cursor)
+
+    async def current_key() -> reads.Key:
+        key = await reads.small_read(state, reads.study_key, state, study_id)
+        if trials:
+            key = reads.derived("study-detail", key, trials_limit, trials_cursor)
+        return key
+
+    key = await current_key()
 
     def build() -> cache.Cached:
         summary = reads.study_summary(state, study_id, key)
@@ -136,7 +141,9 @@ async def get_study(
         paged = {"trials": page.items, "trials_next_cursor": page.next_cursor}
         return cache.json_body(summary.model_copy(update=paged))
 
-    return await cache.serve(request, state.cache, key, build, replay=not reads.driven(key))
+    return await cache.serve(
+        request, state.cache, key, build, replay=not reads.driven(key), rekey=current_key
+    )
 
 
 @router.get(

@@ -76,6 +76,7 @@ def sources_version(start: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache  # (its own cache: a test checks it was taken while the app was built)
 def trainer_version() -> str:
     """The trainer's code version: what a reused trial must have been produced under."""
     return sources_version(TRAINER)

@@ -66,20 +66,21 @@ def trainer_sources(start: Path = TRAINER) -> list[Path]:
     return sorted(seen)
 
 
-@functools.cache
-def sources_version(start: Path) -> str:
-    """The digest of the normfree sources ``start`` runs (16 hex digits), once per process."""
+def _digest(paths: list[Path], *extra: str) -> str:
+    """16 hex digits of ``extra`` and each file's path and bytes."""
     digest = hashlib.sha256()
-    for path in trainer_sources(start):
+    for text in extra:
+        digest.update(text.encode() + b"\0")
+    for path in paths:
         digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
-@functools.cache  # (its own cache: a test checks it was taken while the app was built)
+@functools.cache
 def trainer_version() -> str:
-    """The trainer's code version: what a reused trial must have been produced under."""
-    return sources_version(TRAINER)
+    """The digest of :func:`trainer_sources` (16 hex digits), computed once per process."""
+    return _digest(trainer_sources())
 
 
 @functools.cache
@@ -88,13 +89,8 @@ def catalog_version() -> str:
     (16 hex digits, once per process)."""
     from importlib.metadata import version
 
-    digest = hashlib.sha256()
-    for dist in ("sympy", "numpy"):
-        digest.update(f"{dist}=={version(dist)}\0".encode())
-    for path in sorted(SEARCH_SPACE.rglob("*.py")):
-        digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    pins = [f"{dist}=={version(dist)}" for dist in ("sympy", "numpy")]
+    return _digest(sorted(SEARCH_SPACE.rglob("*.py")), *pins)
 
 
-__all__ = ["catalog_version", "sources_version", "trainer_sources", "trainer_version"]
+__all__ = ["catalog_version", "trainer_sources", "trainer_version"]

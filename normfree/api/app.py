@@ -225,7 +225,6 @@ def create_app(
             prescreens.epoch(),
             LINES.epoch,
             search_importance.epoch(),
-            state.cache.builds,
         ),
         enabled=lambda: settings.public_reads,
         direct=[(re.compile("/api" + trials.DIRECT_PATH.pattern), _secured(trials.direct))]

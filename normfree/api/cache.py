@@ -131,10 +131,16 @@ class ResponseCache:
         self.hits = 0
         self.misses = 0
         self.stale = 0
-        # Builds finished of families that served their previous version meanwhile: part of
-        # the fast lane's stamp, which may then replay such an answer (followers of one read
-        # after a commit replay its leader's) only until the newer version is in.
-        self.builds = 0
+        # Per family, the builds finished after it served its previous version meanwhile (and
+        # the families whose answers built in the builder process cooled): the fast lane
+        # replays an answer of a family only while its count holds (:meth:`guard`), so the
+        # followers of one read after a commit replay its leader's answer, the stale one
+        # included, only until the newer version is in. Per family, not one count for all:
+        # with one count, each rebuild under a writer (several a second) closed the lane for
+        # every read of every page, not just the rebuilt one's.
+        self._voids: dict[Hashable, int] = {}
+        self._void_era = 0  # moves when ``_voids`` is cleared (bounded memory), voiding all
+        self.builds = 0  # the voids in all, for figures
         self._stale_out: set[Hashable] = set()
         # ``remote(target)``: a hot family's background build of the read at ``target`` (its
         # whole URL) in the builder process, (media type, body, gzip) or None (built
@@ -337,7 +343,8 @@ class ResponseCache:
                 cooled = {f for f in self._remote_families if not self._hot(f)}
                 if cooled:
                     self._remote_families -= cooled
-                    self.builds += 1
+                    for family in cooled:
+                        self._void(family)
                 if not self._remote_families:
                     self._sweeper = None
                     return
@@ -347,7 +354,28 @@ class ResponseCache:
         version meanwhile, move ``builds`` so the fast lane stops replaying that answer."""
         if family in self._stale_out:
             self._stale_out.discard(family)
-            self.builds += 1
+            self._void(family)
+
+    def _void(self, family: Hashable) -> None:
+        """Stop the fast lane replaying answers of ``family`` (under the lock)."""
+        if len(self._voids) >= 4 * self.max_entries and family not in self._voids:
+            self._voids.clear()  # a dropped count could come back equal: a new era voids all
+            self._void_era += 1
+        self._voids[family] = self._voids.get(family, 0) + 1
+        self.builds += 1
+
+    def epoch(self, family: Hashable) -> tuple[int, int]:
+        """What an answer of ``family`` replayed by the fast lane must still see (no lock: two
+        dict reads; read before the answer is looked up, so a void after it counts)."""
+        return self._void_era, self._voids.get(family, 0)
+
+    def guard(self, family: Hashable, epoch: tuple[int, int]) -> Callable[[], bool]:
+        """The fast lane's check that an answer of ``family`` read at ``epoch`` still holds."""
+
+        def valid() -> bool:
+            return self.epoch(family) == epoch
+
+        return valid
 
     def get_or_build(self, key: tuple[Hashable, Hashable], build: Callable[[], Any]) -> Any:
         """The value for ``key`` (or its family's latest while another request builds)."""
@@ -393,14 +421,15 @@ def respond(
         # a read the builder process can answer too: the whole URL, so that the links a page
         # makes (``url_for``) name this server as this process's would
         remote = replay and status_code == 200 and not request.scope.get("root_path")
+        epoch = cache.epoch(key[0])
         served, hit = cache.lookup(key, build, target=str(request.url) if remote else None)
         if served != key:  # another request is building the newer version: the latest one
             headers["ETag"] = etag_of(served)
         if replay and status_code == 200:
             # the previous version too: the same request gets the same answer until a commit
-            # or a finished build (``builds``, in the lane's stamp) moves it; followers of one
-            # read after a commit replay the leader's answer instead of each going the slow way
-            fastlane.allow(request.scope, served, rekey)
+            # or the family's finished build (its epoch) moves it; followers of one read after
+            # a commit replay the leader's answer instead of each going the slow way
+            fastlane.allow(request.scope, served, rekey, cache.guard(key[0], epoch))
     else:
         hit = build()
     return _encoded(request, hit, headers, status_code)
@@ -419,19 +448,29 @@ def _encoded(request: Request, hit: Cached, headers: dict[str, str], status_code
 
 
 def answer_from_cache(
-    request: Request, cache: ResponseCache, key: Hashable, *, status_code: int = 200
+    request: Request,
+    cache: ResponseCache,
+    key: Hashable,
+    *,
+    status_code: int = 200,
+    replay: bool = True,
+    rekey: fastlane.Rekey | None = None,
 ) -> Response | None:
     """The answer when nothing must be built: a 304, or ``key``'s stored body; else None.
 
     Never blocks (one dict lookup under a lock held for microseconds), so the event loop may
-    call it directly; only a miss goes to the thread pool (:func:`serve`).
+    call it directly; only a miss goes to the thread pool (:func:`serve`). A stored 200 is
+    marked for the fast lane's replay (``replay``), revalidated after a commit with ``rekey``.
     """
     etag = etag_of(key)
     if _matches(request, etag):
         return Response(status_code=304, headers=_headers(etag))
+    epoch = cache.epoch(key[0])  # type: ignore[index]
     hit = cache.get(key)
     if hit is None:
         return None
+    if replay and status_code == 200:
+        fastlane.allow(request.scope, key, rekey, cache.guard(key[0], epoch))  # type: ignore[index]
     return _encoded(request, hit, _headers(etag), status_code)
 
 
@@ -454,10 +493,8 @@ async def serve(
     in the thread pool for a server database.
     """
     if store:
-        fast = answer_from_cache(request, cache, key)
+        fast = answer_from_cache(request, cache, key, replay=replay, rekey=rekey)
         if fast is not None:
-            if replay and fast.status_code == 200:
-                fastlane.allow(request.scope, key, rekey)
             return fast
     return await run_in_threadpool(
         respond, request, cache, key, build, store=store, replay=replay, rekey=rekey

@@ -7,12 +7,12 @@ needed when the database has not changed since the same request was last answere
 ASGI middleware, outermost, keeps the bytes and headers of answers the routes marked as
 replayable (:func:`allow`: a cacheable 200 from ``api.cache``), stamped with the
 database's *generation* read at the request's start and the process's local epoch (the
-function analyses done so far, ``api.enrich``, and the read cache's count of builds that
-outdated an answer it served). A later identical request whose stamp is the same gets those
-bytes back without touching the app. An answer that served a read's previous version while
-its newer one built is replayable too, until that build is in (it moves the count): after a
-commit, the readers of one page share its first reader's answer instead of each going the
-slow way.
+function analyses done so far, ``api.enrich``, this process's lines and prescreens). A later
+identical request whose stamp is the same gets those bytes back without touching the app. An
+answer that served a read's previous version while its newer one built is replayable too,
+until that build is in (the read cache's count for that answer's family, checked by the
+answer's ``valid``): after a commit, the readers of one page share its first reader's answer
+instead of each going the slow way.
 
 It is exact, not a time-to-live: a generation changes whenever any connection commits. The
 stamp is read *before* the app computes its key, so an entry can only be older than its
@@ -83,25 +83,38 @@ SHARE_WAIT_S = 0.05
 Rekey = Callable[[], Awaitable[Hashable]]
 
 
+# Whether a stored answer still holds beside the database (``api.cache``: its family's rebuilds).
+Valid = Callable[[], bool]
+
+
 class _Marker:
     """Set by a route when its answer may be replayed (it is the fresh answer for its key)."""
 
-    __slots__ = ("ok", "rekey", "served")
+    __slots__ = ("ok", "rekey", "served", "valid")
 
     def __init__(self) -> None:
         self.ok = False
         self.served: Hashable | None = None
         self.rekey: Rekey | None = None
+        self.valid: Valid | None = None
 
 
-def allow(scope: Scope, served: Hashable | None = None, rekey: Rekey | None = None) -> None:
+def allow(
+    scope: Scope,
+    served: Hashable | None = None,
+    rekey: Rekey | None = None,
+    valid: Valid | None = None,
+) -> None:
     """Mark this request's answer as replayable (no-op outside the fast lane). With ``served``
     (the cache key the body is of) and ``rekey`` (the route's key for this request, computed
     again), the answer is also revalidated after a commit instead of answered through the app
-    (:meth:`FastLane._revalidate`)."""
+    (:meth:`FastLane._revalidate`). ``valid``: replayed only while it answers True (the read
+    cache's check that no newer build of the answer's family came in: a previous version served
+    while its newer one built is replayed until then, not until the next commit)."""
     marker = scope.get(SCOPE_KEY)
     if marker is not None:
         marker.ok = True
+        marker.valid = valid
         if served is not None and rekey is not None:
             marker.served, marker.rekey = served, rekey
 
@@ -114,6 +127,7 @@ class _Entry:
     size: int
     served: Hashable | None = None  # the cache key the body is of, when it may be revalidated
     rekey: Rekey | None = None
+    valid: Valid | None = None
 
 
 class SqliteGeneration:
@@ -256,6 +270,7 @@ class FastLane:
         self.stored = 0
         self.direct_answers = 0  # answered by a direct route
         self.revalidated = 0  # of the hits, entries of an older generation whose key held
+        self.routed = 0  # lane requests answered through the app (a miss, or not replayable)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -314,6 +329,7 @@ class FastLane:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if pending is None or pending[0] != stamp:
             self._inflight[key] = (stamp, done)
+        self.routed += 1
         try:
             await self._through(scope, receive, send, key, stamp)
         finally:
@@ -323,7 +339,7 @@ class FastLane:
 
     async def _replay(self, key: Hashable, stamp: Hashable, send: Send) -> bool:
         entry = self._entries.get(key)
-        if entry is None or entry.stamp != stamp:
+        if entry is None or entry.stamp != stamp or (entry.valid is not None and not entry.valid()):
             return False
         self._entries.move_to_end(key)
         self.hits += 1
@@ -341,11 +357,14 @@ class FastLane:
         under 32 readers at 10k trials went there (bench/results/live_reads.md). The key is
         computed again (its version reads, kept per generation by ``api.reads``) and nothing
         else. Exact as the route is: the key holds every version the answer depends on, and
-        the process's local epoch (analyses, lines, builds that outdated an answer served)
-        must not have moved."""
+        the process's local epoch (analyses, lines) and the answer's family's builds must not
+        have moved."""
         entry = self._entries.get(key)
         if (
-            entry is None or entry.rekey is None or entry.stamp[1] != stamp[1]  # type: ignore[index]
+            entry is None
+            or entry.rekey is None
+            or entry.stamp[1] != stamp[1]  # type: ignore[index]
+            or (entry.valid is not None and not entry.valid())
         ):
             return False
         try:
@@ -380,7 +399,9 @@ class FastLane:
         if marker.ok and complete and start is not None and start["status"] == 200:
             body = b"".join(parts)
             message = {"type": "http.response.body", "body": body}
-            entry = _Entry(stamp, start, message, len(body), marker.served, marker.rekey)
+            entry = _Entry(
+                stamp, start, message, len(body), marker.served, marker.rekey, marker.valid
+            )
             self._store(key, entry)
 
     def _store(self, key: Hashable, entry: _Entry) -> None:
@@ -395,6 +416,15 @@ class FastLane:
         while self._bytes > self.max_bytes:
             _k, dropped = self._entries.popitem(last=False)
             self._bytes -= dropped.size
+
+
+def of(app: Any) -> FastLane | None:
+    """The app's FastLane instance, or None (Starlette builds its middleware stack on first
+    use, so before any request there is none)."""
+    node = getattr(app, "middleware_stack", None)
+    while node is not None and not isinstance(node, FastLane):
+        node = getattr(node, "app", None)
+    return node
 
 
 def generation_for(url: str) -> SqliteGeneration | PostgresGeneration | None:

@@ -147,6 +147,38 @@ def test_only_the_reader_that_starts_a_build_waits_for_it() -> None:
     assert cache.builds == 1  # a stale answer went out: answers stamped before are void
 
 
+def test_a_rebuild_voids_the_replays_of_its_own_family_only() -> None:
+    """The fast lane's check of an answer (``guard``, from the family's epoch read before the
+    lookup): a stale answer stops being replayed once its family's newer version is in, and
+    answers of other families stay replayable (one count for all closed the lane for every
+    page at each rebuild under a writer)."""
+    cache = ResponseCache(stale_window_s=5.0, fresh_wait_s=0.0)
+    board, study = ("board", "p"), ("study", 1)
+    for v in (1, 2):  # both families hot
+        cache.get_or_build((board, v), lambda v=v: Cached(b"b%d" % v, "text/plain"))
+        cache.get_or_build((study, v), lambda v=v: Cached(b"s%d" % v, "text/plain"))
+    fresh = cache.guard(study, cache.epoch(study))
+    assert cache.get((study, 2)) is not None and fresh()
+    release = threading.Event()
+
+    def slow() -> Cached:
+        release.wait(5)
+        return Cached(b"b3", "text/plain")
+
+    epoch = cache.epoch(board)
+    served, value = cache.lookup((board, 3), slow)  # no wait: the previous version
+    assert served == (board, 2) and value.body == b"b2"
+    stale = cache.guard(board, epoch)
+    assert stale() and fresh()  # the newer board is not in yet: both replayable
+    release.set()
+    deadline = time.monotonic() + 5
+    while stale() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not stale()  # the board's newer version is in: its stale answer is void
+    assert fresh()  # the study's answer was not touched
+    assert cache.get((board, 3)).body == b"b3"
+
+
 def test_a_builds_parts_are_built_in_full_not_taken_stale() -> None:
     """A page built in the background from its model: the model's new version, never the
     previous one stored under the page's new key."""

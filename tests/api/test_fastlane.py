@@ -17,9 +17,7 @@ from tests.api.test_reads import _finish
 
 def lane_of(app: Any) -> fastlane.FastLane:
     """The app's FastLane instance (Starlette builds the middleware stack on first use)."""
-    node = app.middleware_stack
-    while node is not None and not isinstance(node, fastlane.FastLane):
-        node = getattr(node, "app", None)
+    node = fastlane.of(app)
     assert node is not None, "no FastLane in the middleware stack"
     return node
 
@@ -59,6 +57,10 @@ def test_replays_the_routes_answer_until_a_write(half_finished: tuple[Api, int])
     assert summary["progress"]["complete"] == 4
     assert c.get("/api/leaderboards/vit-tiny").content == board.content
     assert lane.hits == hits + len(urls) + 1  # the new answer is replayed in turn
+    # the server's health says how its reads were answered (the figures the benchmark reads)
+    figures = c.get("/api/health").json()["fast_lane"]
+    assert figures["replayed"] == lane.hits and figures["routed"] == lane.routed
+    assert figures["revalidated"] <= figures["replayed"] and figures["routed"] > 0
 
 
 def test_only_anonymous_unconditional_reads_take_the_lane(api: Api) -> None:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, fastlane, offload, prescreens, reads, security, services
+from normfree.api import cache, offload, prescreens, reads, security, services
 from normfree.api.deps import (
     ArchivedQuery,
     DryRunQuery,
@@ -162,7 +162,6 @@ async def get_candidate(
     key = await reads.small_read(state, reads.candidate_key, state, name)
     fast = cache.answer_from_cache(request, state.cache, key)
     if fast is not None:  # a hit costs no thread hop, no parse and no rate-limit charge
-        fastlane.allow(request.scope)
         return fast
     parsed = await parsed_name(request, state, name)
 

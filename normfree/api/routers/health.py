@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from normfree import __version__
-from normfree.api import reads
+from normfree.api import fastlane, reads
 from normfree.api.deps import StateDep
 from normfree.api.schemas import Health, Version
-from normfree.api.schemas.health import ReadBuilder
+from normfree.api.schemas.health import FastLaneFigures, ReadBuilder
 
 router = APIRouter(tags=["health"])
 
@@ -26,9 +26,23 @@ async def health(request: Request, state: StateDep) -> Health:
         if builder is None
         else ReadBuilder(ready=builder.ready, built=builder.built, refused=builder.refused)
     )
+    lane = fastlane.of(request.app)
+    figures = (
+        None
+        if lane is None or (lane.generation is None and not lane.direct)
+        else FastLaneFigures(
+            replayed=lane.hits,
+            revalidated=lane.revalidated,
+            shared=lane.shared,
+            routed=lane.routed,
+            direct=lane.direct_answers,
+        )
+    )
     try:
         await reads.small_read(state, db.ping)
-        return Health(status="ok", database=db.dialect, database_ok=True, read_builder=rb)
+        return Health(
+            status="ok", database=db.dialect, database_ok=True, read_builder=rb, fast_lane=figures
+        )
     except Exception as exc:  # a health check reports the failure instead of raising it
         return Health(
             status="degraded",
@@ -36,6 +50,7 @@ async def health(request: Request, state: StateDep) -> Health:
             database_ok=False,
             detail=f"{type(exc).__name__}: {exc}"[:300],
             read_builder=rb,
+            fast_lane=figures,
         )
 
 

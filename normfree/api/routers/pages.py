@@ -22,7 +22,6 @@ from starlette.concurrency import run_in_threadpool
 
 from normfree.api import (
     cache,
-    fastlane,
     fidelity,
     lines,
     links,
@@ -218,7 +217,6 @@ async def page_candidate(
     key = reads.derived("page-candidate", found, str(request.base_url))
     fast = cache.answer_from_cache(request, state.cache, key)
     if fast is not None:  # cached like the API's answer (routers.candidates)
-        fastlane.allow(request.scope)
         return fast
     # a name that must be parsed: the rate limit, then the parse in a worker (as the API's read)
     refused: ApiError | None = None

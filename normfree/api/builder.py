@@ -34,6 +34,7 @@ it dies or a build exceeds :data:`BUILD_SECONDS`; a build it cannot give is buil
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import logging
 import os
@@ -104,6 +105,12 @@ def _builder_main(conn: Connection, settings: dict[str, Any], catalog: Any) -> N
     _preload_reads(app.state.templates)
     with TestClient(app, raise_server_exceptions=False) as client:
         client.get("/")  # and the home page's parts, once
+        # the start-up's heap (torch, the app, the templates) out of the collector's scans:
+        # unfrozen, each full collection walked it all, 100-300 ms every few seconds under a
+        # writer, each a rebuild's delay (answers commits behind; the server does the same,
+        # ``services.freeze_long_lived``)
+        gc.collect()
+        gc.freeze()
         conn.send(("ready",))
         while True:
             try:

@@ -313,6 +313,11 @@ class ResponseCache:
                     self._changed[family] = time.monotonic()
                     while len(self._changed) > self.max_entries:
                         self._changed.pop(next(iter(self._changed)))
+                    # the version it replaces is asked for only by a request whose key was
+                    # read before the commit (rare, and built again then): kept, each commit's
+                    # superseded boards and studies (models of every row) filled the LRU
+                    # under a writer, and each full garbage collection walked them all
+                    self._entries.pop(held[1], None)
                 self._latest[family] = (seq, key, value)
             self._latest.move_to_end(family)
             while len(self._latest) > self.max_entries:

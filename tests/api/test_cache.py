@@ -227,3 +227,19 @@ def test_a_failed_build_voids_the_previous_version_it_let_out() -> None:
     assert cache.builds == 1
     # the next reader of the new version builds it again (here it succeeds)
     assert cache.lookup((family, 3), lambda: Cached(b"v3", "text/plain"))[1].body == b"v3"
+
+
+def test_a_new_version_drops_the_one_it_supersedes() -> None:
+    """Under a writer each commit builds a family's next version; the one it replaces is not
+    kept (models of every row of a board or a study, which each full garbage collection walked
+    while the LRU filled), other families' entries are, and an older key asked again builds."""
+    cache = ResponseCache(stale_window_s=0.0)
+    board, study = ("board", "p"), ("study", 1)
+    cache.get_or_build((study, 1), lambda: Cached(b"s1", "text/plain"))
+    for v in (1, 2, 3):
+        cache.get_or_build((board, v), lambda v=v: Cached(b"b%d" % v, "text/plain"))
+    assert cache.get((board, 1)) is None and cache.get((board, 2)) is None
+    assert cache.get((board, 3)).body == b"b3" and cache.get((study, 1)).body == b"s1"
+    assert cache.get_or_build((board, 2), lambda: Cached(b"b2 again", "text/plain")).body == (
+        b"b2 again"
+    )

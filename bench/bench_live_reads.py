@@ -44,7 +44,17 @@ from typing import Any
 
 from figures import latency_figures, rounded
 from machine import describe
-from readload import PROXY, Client, Writer, _database, _plan, plain, seeded_database, use_quick_grid
+from readload import (
+    PROXY,
+    Client,
+    Writer,
+    _database,
+    _plan,
+    plain,
+    quiet_gc,
+    seeded_database,
+    use_quick_grid,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -155,14 +165,27 @@ async def load(
     return lat, errors, timeouts, seen
 
 
-async def _read_builder(host: str, port: int) -> dict[str, Any] | None:
-    """The server's read builder figures, from ``/api/health``."""
+async def _health(host: str, port: int) -> dict[str, Any]:
+    """The server's ``/api/health``: its read builder's and fast lane's figures."""
     c = Client(host, port)
     try:
         _status, body = await c.fetch("GET", "/api/health")
-        return json.loads(plain(body)).get("read_builder")
+        return json.loads(plain(body))
     finally:
         await c.close()
+
+
+def lane_figures(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """How the window's reads were answered by the server's fast lane (``api.fastlane``): the
+    counts the window added, and the share of lane reads that skipped the app."""
+    a, b = before.get("fast_lane"), after.get("fast_lane")
+    if not a or not b:
+        return None
+    out = {k: b[k] - a[k] for k in b}
+    out["routed"] -= 1  # the health read that took the figures after the window
+    lane = out["replayed"] + out["routed"]
+    out["share_replayed"] = rounded(out["replayed"] / lane) if lane else None
+    return out
 
 
 def staleness(seen: list[tuple[float, int]], commits: list[float]) -> dict[str, Any]:
@@ -217,14 +240,16 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
         first_s = round(time.time() - started, 2)
         time.sleep(args.delay)  # 0: the window starts at once (the issue's "first second")
         load_before = os.getloadavg()[0]
+        health_before = asyncio.run(_health(host, port))
         start = time.time()
         until = start + args.seconds
         go.put((start, until))
         loaded = load(host, port, makers, args.readers, start, until)
-        lat, errors, timeouts, seen = asyncio.run(loaded)
+        with quiet_gc():
+            lat, errors, timeouts, seen = asyncio.run(loaded)
         commits, spent = out_q.get(timeout=120)
         proc.join(30)
-        builder = asyncio.run(_read_builder(host, port))
+        health_after = asyncio.run(_health(host, port))
     reads = figures_of(lat, errors, timeouts, args.seconds)
     targets = {
         "first_requests_lt_1s": all(v["ms"] < 1000 and v["status"] == 200 for v in first.values()),
@@ -241,6 +266,7 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
     stale = staleness(seen, commits)
     targets["at_most_1_commit_behind"] = stale.get("max_commits_behind", 99) <= 1
     return {
+        "window_start_unix": round(start, 3),  # to line up per-process CPU samples with it
         "first_requests": first,
         "first_requests_s": first_s,
         "reads": reads,
@@ -260,7 +286,9 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
         "staleness": stale,
         # the server's read builder after the window (api.builder): rebuilds it gave, and
         # those built in the server instead; null when off (NORMFREE_READ_BUILDER=0)
-        "read_builder": builder,
+        "read_builder": health_after.get("read_builder"),
+        # how the server's fast lane answered the window's reads (replayed: without the app)
+        "fast_lane": lane_figures(health_before, health_after),
         "targets": targets,
         "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),

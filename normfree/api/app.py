@@ -16,6 +16,7 @@ import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -72,6 +73,7 @@ def create_app(
     migrate: bool = True,
     prescreen: bool = True,
     freeze_heap: bool = False,
+    announced_url: str | None = None,
 ) -> FastAPI:
     """Build the API and dashboard over ``settings`` (default: the process settings).
 
@@ -81,7 +83,9 @@ def create_app(
     ``prescreen=False`` skips the zero-cost prescreen of submissions (fuzzing only: it costs
     seconds per new formula). ``freeze_heap`` takes the long-lived heap out of the garbage
     collector's scans after the warm-up (``services.freeze_long_lived``): for a server
-    process, not for tests that build many apps in one process.
+    process, not for tests that build many apps in one process. ``announced_url``: the URL
+    ``normfree serve`` printed; a server requests its recent studies' pages from it once warm
+    (:func:`warm_pages`).
     """
     # torch is imported here, in the thread that builds the app, before any background thread
     # (warm-up, enrichment, prescreens) can: its import is not thread-safe (two threads racing
@@ -147,7 +151,7 @@ def create_app(
         builder = app.state.builder = _builder_for(state, settings) if freeze_heap else None
         threading.Thread(
             target=_warm_up,
-            args=(state, freeze_heap, builder),
+            args=(state, freeze_heap, builder, announced_url if settings.public_reads else None),
             name="normfree-warm-up",
             daemon=True,
         ).start()
@@ -280,7 +284,9 @@ def _builder_for(state: Any, settings: Settings) -> Any:
     return builder
 
 
-def _warm_up(state: Any, freeze_heap: bool, builder: Any = None) -> None:
+def _warm_up(
+    state: Any, freeze_heap: bool, builder: Any = None, announced_url: str | None = None
+) -> None:
     """The start's background warm-up (``services.warm_up``: the catalog, the analyses; it
     freezes the heap at its end in a server), then, in a server, what a fidelity line computed
     here would import (``lines.preload``), frozen too; then the read builder starts (after
@@ -303,7 +309,9 @@ def _warm_up(state: Any, freeze_heap: bool, builder: Any = None) -> None:
 
         builder.start(delay=START_AFTER_S)
     if freeze_heap:
-        warm_studies(state)
+        ids = warm_studies(state)
+        if announced_url:
+            warm_pages(state, announced_url, ids)
 
 
 # How many of the last updated studies a server builds at its start (``warm_studies``).
@@ -337,6 +345,63 @@ def warm_studies(state: Any, limit: int = WARM_STUDIES) -> list[int]:
         except Exception:
             log.warning("study warm-up: study %s left to its first reader", sid, exc_info=True)
     return built
+
+
+def warm_pages(state: Any, base_url: str, study_ids: list[int], wait_s: float = 60.0) -> int:
+    """Ask this server, at the URL it announced, for each warmed study's JSON and page and for
+    the home page, as their first readers would: how many answered 200 (in the last pass).
+
+    Why: with the summaries built (:func:`warm_studies`), what 32 readers arriving at once
+    still found cold was each study's own answers (its JSON with its first page of trials,
+    ~10 ms, and its page, ~20 ms, which prints absolute links and so is built per host),
+    twenty builds at once holding the GIL the event loop needed for every cached read: the
+    window's first 0.8 s answered ~10% of its reads, p99 ~300 ms (bench/results/live_reads.md).
+    Asked over HTTP, through the server itself, so what is kept is exactly what a reader at
+    that URL gets. A fidelity line done after a study was asked moves its key (the answer
+    showed the line before it), so the studies are asked again, up to three times, until
+    their keys hold once the lines are done. Failures are logged: a reader builds what is
+    missing, as before."""
+    import httpx
+
+    from normfree.api import reads
+    from normfree.api.lines import LINES
+
+    def keys() -> dict[int, Any]:
+        return {sid: reads.study_key(state, sid) for sid in study_ids}
+
+    def settle() -> None:
+        while LINES.busy() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    done = 0
+    deadline = time.monotonic() + wait_s
+    with httpx.Client(base_url=base_url, timeout=60.0) as client:
+        while True:  # the warm-up may finish before the server listens
+            try:
+                client.get("/api/health")
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    log.warning("page warm-up: %s did not answer", base_url)
+                    return 0
+                time.sleep(0.2)
+        # each study's JSON and page, and the home page (a person's first page)
+        paths = ["/"] + [
+            f"{kind}/{sid}" for sid in study_ids for kind in ("/api/studies", "/studies")
+        ]
+        for _ in range(3):
+            settle()
+            before, done = keys(), 0
+            for path in paths:
+                try:
+                    done += client.get(path).status_code == 200
+                except httpx.HTTPError as exc:
+                    log.warning("page warm-up: %s failed: %s", path, exc)
+            settle()
+            if keys() == before:
+                break
+    log.info("page warm-up: %d of %d answers built", done, len(paths))
+    return done
 
 
 def _preload_reads(templates: Jinja2Templates) -> None:

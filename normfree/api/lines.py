@@ -16,8 +16,8 @@ done (a target's :meth:`FidelityLines.stamp` is part of its reads' keys, and the
 lines' :attr:`FidelityLines.epoch` of the fast lane's stamp).
 
 A target's lines are spaced: the next starts no sooner than :data:`SPACING` times the last
-one's cost after it, so a line lags a stream of writes by a few commits (its ``cells`` say what
-it covers) while the thread leaves the GIL to the reads.
+one's cost after it (at most :data:`MAX_SPACING_S`), so a line lags a stream of writes by a
+few commits (its ``cells`` say what it covers) while the thread leaves the GIL to the reads.
 
 A line that fails raises its exception to the build that waits for it (the board names
 ``fidelity`` as unreadable); a build that does not wait shows the previous line.
@@ -39,6 +39,11 @@ Target = tuple[str, Any]  # ("proxy", name) or ("study", id)
 # A target's next line starts no sooner than this many times its last line's cost after it:
 # a line over 10k trials is a few hundred ms of CPU, and a writer moves it five times a second.
 SPACING = 9.0
+# ... and no later than this after it. A line's cost is its wall time, which for a server's
+# first line includes waiting for its background worker's start (11 s at 10k trials): spaced
+# 9x, that target's next line, asked for a second later, waited 100 s, and its reads' keys
+# moved when it finally landed, long after the warm-up had built them (issue 27).
+MAX_SPACING_S = 5.0
 
 
 class FidelityLines:
@@ -168,7 +173,7 @@ class FidelityLines:
                 # of writes the thread (and the GIL it holds) stays mostly free for the reads
                 cost = time.monotonic() - started
                 spacing = self._spacing.get(target, SPACING)
-                self._not_before[target] = time.monotonic() + spacing * cost
+                self._not_before[target] = time.monotonic() + min(spacing * cost, MAX_SPACING_S)
                 self._running.pop(target, None)
                 self._done[target] = (version, value)
                 # an older line shown for this version, or for one it replaced
@@ -181,6 +186,11 @@ class FidelityLines:
             if not self._settled:
                 _settle()
                 self._settled = True
+
+    def busy(self) -> bool:
+        """Whether a line is wanted or being computed (each one done may move reads' keys)."""
+        with self._lock:
+            return bool(self._wanted or self._running)
 
     def clear(self) -> None:
         with self._lock:

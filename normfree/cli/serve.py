@@ -65,7 +65,16 @@ def serve(
         raise click.UsageError(
             "--workers > 1 needs --no-run-studies: every process would drive the same studies"
         )
-    app = create_app(settings, run_studies=run_studies, freeze_heap=True) if workers == 1 else None
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown  # an IPv6 address in a URL
+    # a server asks its warmed studies' pages from the URL it prints, as their readers will
+    # (api.app.warm_pages); not with port 0, whose port the system picks later
+    announced = f"http://{shown}:{port}" if port else None
+    app = (
+        create_app(settings, run_studies=run_studies, freeze_heap=True, announced_url=announced)
+        if workers == 1
+        else None
+    )
     runner = app.state.services.runner if app is not None else None
     if (
         runner is not None
@@ -85,7 +94,6 @@ def serve(
         store = storage.open(settings, optuna=False)
         recover_at_start(store)
         store.close()
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     click.echo(
         f"normfree dashboard: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)"
     )

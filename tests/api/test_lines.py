@@ -116,6 +116,30 @@ def test_the_next_line_waits_spacing_times_the_last_ones_cost() -> None:
     assert time.perf_counter() - t0 < 3  # unspaced: at once (0.5 s; the default 9x: 4.5 s)
 
 
+def test_a_lines_spacing_has_a_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line's cost is its wall time, which for a server's first line includes its background
+    worker's start: spaced 9x, the next line of that target waited 100 s and moved its reads'
+    keys long after the warm-up built them. The wait is capped (``MAX_SPACING_S``)."""
+    from normfree.api import lines as lines_module
+
+    monkeypatch.setattr(lines_module, "MAX_SPACING_S", 0.5)
+    lines = FidelityLines()
+    target = ("study", ("db", 1))
+
+    def slow(v: int) -> Callable[[], int]:
+        def compute() -> int:
+            time.sleep(0.4)
+            return v
+
+        return compute
+
+    assert lines.line(target, 1, slow(1), wait_s=10, spacing=100) == 1  # spaced 40 s uncapped
+    t0 = time.perf_counter()
+    assert lines.line(target, 2, slow(2), wait_s=30, rewait_s=30, spacing=100) == 2
+    assert time.perf_counter() - t0 < 5
+    assert not lines.busy()
+
+
 def test_a_board_answers_before_its_line_and_shows_it_when_done(
     make_api: Callable[..., Api], sqlite_database_url: str
 ) -> None:

@@ -88,6 +88,42 @@ def test_cached_reads_follow_a_finishing_trial(half_finished: tuple[Api, int]) -
     assert {r["group"] for r in after.json()["rows"]} == {"mine", "baseline"}
 
 
+def test_a_lease_moves_a_studys_progress_not_its_cells(
+    make_api: Callable[..., Api], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's lease (half of a study's commits) shows in the study's progress at once,
+    while its cells, which read only finished trials, are not built again; a finish builds
+    them."""
+    from normfree.api.services import studies
+
+    api = make_api(database_url, prescreen=False)
+    sid = _study(api.repo, [NormSpec(name="erf"), NormSpec(name="tanh")])
+    _finish(api.repo, sid, limit=1)
+    built: list[int] = []
+    cells = studies._cells
+
+    def counted(trials: object, spec: object) -> object:
+        built.append(1)
+        return cells(trials, spec)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(studies, "_cells", counted)
+    url = f"/api/studies/{sid}?trials=false"
+    first = api.client.get(url).json()
+    assert first["progress"]["running"] == 0 and len(built) == 1
+    lease = api.repo.lease_next(sid, "reader-test", 60)
+    assert lease is not None
+    leased = api.client.get(url).json()
+    assert leased["progress"]["running"] == 1 and leased["cells"] == first["cells"]
+    assert len(built) == 1  # the cells were not built again
+    result = TrialResult(
+        status="complete", objective="val_acc", direction="maximize", metrics={"val_acc": 0.5}
+    )
+    assert api.repo.finish_trial(lease.id, "reader-test", lease.attempt, result)
+    done = api.client.get(url).json()
+    assert done["progress"]["complete"] == 2 and len(built) == 2
+    assert sum(c["n"] for c in done["cells"]) == 2
+
+
 def test_trial_etag_changes_with_every_write(api: Api) -> None:
     repo = api.repo
     sid = _study(repo, [NormSpec(name="erf")], seeds=1)

@@ -356,7 +356,8 @@ class ResponseCache:
 
     def _void_stale(self, family: Hashable) -> None:
         """A build of ``family`` ended (under the lock): if the family served its previous
-        version meanwhile, move ``builds`` so the fast lane stops replaying that answer."""
+        version meanwhile, void the family (:meth:`_void`) so the fast lane stops replaying
+        that answer."""
         if family in self._stale_out:
             self._stale_out.discard(family)
             self._void(family)

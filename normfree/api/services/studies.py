@@ -15,7 +15,7 @@ from normfree.api.inputs import db_int
 from normfree.api.services.state import ServiceState
 from normfree.jsonsafe import finite, readable_mapping
 from normfree.settings import Settings
-from normfree.specs import TRIAL_STATUSES, StudySpec
+from normfree.specs import TERMINAL_TRIAL_STATUSES, TRIAL_STATUSES, StudySpec
 from normfree.storage.protocols import RepositoryLike
 from normfree.storage.tokens import Principal
 from normfree.workers import progress
@@ -370,9 +370,6 @@ def _study_cells(
     return state.cache.get_or_build((("study-cells", row["id"]), version), build)
 
 
-_UNFINISHED = ("RUNNING", "WAITING")
-
-
 def _finished_part(key: Any) -> Any:
     """A study key (``study_key``: id, status, update time, counts per status) without what
     a lease or a hand-back moves: its waiting and running trials counted as one.
@@ -382,8 +379,8 @@ def _finished_part(key: Any) -> Any:
     cells (their reliability bootstrap 0.1-0.3 s at 1,000 trials) were built again at each.
     Not for kinds whose report may show trials in flight (generate, search)."""
     study_id, status, updated, counts = key
-    finished = tuple((k, n) for k, n in counts if k not in _UNFINISHED)
-    unfinished = sum(n for k, n in counts if k in _UNFINISHED)
+    finished = tuple((k, n) for k, n in counts if k in TERMINAL_TRIAL_STATUSES)
+    unfinished = sum(n for k, n in counts if k not in TERMINAL_TRIAL_STATUSES)
     return (study_id, status, updated, (*finished, ("unfinished", unfinished)))
 
 

@@ -29,7 +29,17 @@ def fmt(x: Any, digits: int = 4) -> Markup | str:
 
 
 # Properties shown as badges, in this order, when the candidate has them (flattened names).
-_BADGE_ORDER = ("zero_centred", "odd", "bounded", "monotone", "smooth", "differentiable")
+_BADGE_ORDER = (
+    "heavy_tailed_slope", "zero_centred", "odd", "bounded", "monotone", "smooth", "differentiable",
+)  # fmt: skip
+# Flags whose badge says more than "name = true" when hovered, and stands out ("warn").
+_BADGE_NOTES = {
+    "heavy_tailed_slope": (
+        "|f'| grows at least like |u|^-1/2 at a kink: its gradients have unbounded variance, "
+        "and a CPU screen's small batches place it below where scale does "
+        "(bench/results/diagnoses-issue25.md, section 2f)"
+    ),
+}
 
 
 def property_badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
@@ -54,7 +64,11 @@ def property_badges(props: dict[str, Any] | None) -> list[dict[str, str]]:
         if label in seen:
             continue
         if value is True:
-            out.append({"label": label, "cls": "", "title": f"{key} = true"})
+            note = _BADGE_NOTES.get(short(key))
+            if note is not None:
+                out.append({"label": label, "cls": "warn", "title": note})
+            else:
+                out.append({"label": label, "cls": "", "title": f"{key} = true"})
             seen.add(label)
         elif isinstance(value, str) and value and short(key) in ("monotone", "growth", "kind"):
             out.append({"label": f"{label}: {value}", "cls": "no", "title": key})

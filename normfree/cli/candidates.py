@@ -38,7 +38,11 @@ def _row(d: dict[str, Any]) -> dict[str, str]:
         "monotone": p.monotone,
         "smooth": "yes"
         if p.differentiable
-        else ("kinks " + ",".join(f"{x:.3g}" for x in p.non_differentiable_at))
+        else (
+            "kinks "
+            + ",".join(f"{x:.3g}" for x in p.non_differentiable_at)
+            + (" (heavy-tailed slope)" if p.heavy_tailed_slope else "")
+        )
         if p.continuous
         else "jumps",
         "formula": d["formula"],

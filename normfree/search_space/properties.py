@@ -17,7 +17,13 @@ run unboundedly on larger user input:
   falling (as 1/log u does) logarithmic; an overflow to inf is exponential;
 - monotone: the sign of f' on the grids, and of the differences of f (catching jumps);
 - smoothness: at every point where an Abs/sign/clip/Piecewise switches (exact rational roots and
-  numerically located ones), continuity and equality of the one-sided slopes.
+  numerically located ones), continuity and equality of the one-sided slopes; where a slope grows
+  without bound toward a kink, its power p (|f'| ~ |u - c|^-p, read over twelve decades): at
+  p >= 1/2, f'^2 is not integrable there, so the backward signal of any input density that is
+  positive at c has unbounded variance (``heavy_tailed_slope``: exproot at 0, not power23clip
+  with p = 1/3). Why a property: on a CPU screen's small batches that variance is per-step
+  gradient noise, and such functions place far below where scale puts them
+  (bench/results/diagnoses-issue25.md section 2f).
 """
 
 from __future__ import annotations
@@ -80,6 +86,10 @@ class Properties(BaseModel):
     differentiable: bool
     discontinuities: tuple[float, ...]
     non_differentiable_at: tuple[float, ...]
+    # kinks where |f'| grows like |u - c|^-p with p >= 1/2 (f'^2 not integrable): a gradient of
+    # unbounded variance. Defaults: a property analysed before these fields existed has none.
+    heavy_tailed_slope: bool = False
+    heavy_tailed_at: tuple[float, ...] = ()
 
     def summary(self) -> str:
         """One short line for tables."""
@@ -96,6 +106,9 @@ class Properties(BaseModel):
             parts.append("jumps at " + ",".join(f"{p:.3g}" for p in self.discontinuities))
         if self.non_differentiable_at:
             parts.append("kinks at " + ",".join(f"{p:.3g}" for p in self.non_differentiable_at))
+        if self.heavy_tailed_at:
+            at = ",".join(f"{p:.3g}" for p in self.heavy_tailed_at)
+            parts.append(f"heavy-tailed slope at {at}")
         return ", ".join(parts)
 
 
@@ -294,24 +307,69 @@ def _one_sided(e: sympy.Expr, c: float, exact: sympy.Rational | None) -> tuple[l
     return sides, at
 
 
-def _smoothness(cand: Candidate) -> tuple[tuple[float, ...], tuple[float, ...]]:
+# |f'| ~ |u - c|^-p with p at least this is a slope whose square is not integrable at c (p = 1/2
+# exactly, exproot's, diverges logarithmically; the margin absorbs a slowly varying factor such as
+# exproot's exp(-sqrt|u|), which reads p = 0.4999996 over twelve decades).
+_HEAVY_TAIL_P = 0.48
+
+
+def _nearest(e: sympy.Expr, c: float, exact: sympy.Rational | None, direction: int) -> float | None:
+    """``e`` just beside ``c``: at c -+ 1e-24 exactly, or c -+ 1e-8 in float64."""
+    if exact is not None:
+        return _exact_at(e, exact + direction * sympy.Rational(1, 10**24))
+    return float(_f(e, c + direction * 1e-8)[0])
+
+
+def _slope_power(d: sympy.Expr, c: float, exact: sympy.Rational | None, direction: int) -> float:
+    """p of |f'| ~ |u - c|^-p on one side of ``c`` (0 when the slope stays finite)."""
+    if exact is not None:
+        near = _exact_at(d, exact + direction * sympy.Rational(1, 10**12))
+        nearer = _exact_at(d, exact + direction * sympy.Rational(1, 10**24))
+        decades = 12.0
+    else:
+        near = float(_f(d, c + direction * 1e-5)[0])
+        nearer = float(_f(d, c + direction * 1e-8)[0])
+        decades = 3.0
+    if near is None or nearer is None or not (math.isfinite(near) and math.isfinite(nearer)):
+        return 0.0
+    if abs(near) <= 1e-300 or abs(nearer) <= abs(near):
+        return 0.0
+    return math.log10(abs(nearer) / abs(near)) / decades
+
+
+def _smoothness(
+    cand: Candidate,
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """(discontinuities, kinks, the kinks whose slope is heavy-tailed)."""
     exact_points = {float(c): c for c in kink_points(cand.expr)}
-    discontinuities, kinks = [], []
+    discontinuities, kinks, heavy = [], [], []
     for c in _switch_points(cand.expr):
         exact = exact_points.get(c)
-        (fl, fr), fc = _one_sided(cand.expr, c, exact)
+        fc = _exact_at(cand.expr, exact) if exact is not None else float(_f(cand.expr, c)[0])
+        # Continuity is f at c -+ 1e-24 within 1e-6 of f(c), not f settling over twelve decades:
+        # sign(u)*abs(u)**0.3 is continuous at 0 yet still moves by 2.5e-4 between 1e-12 and 1e-24.
         if (
-            fl is None
-            or fr is None
-            or fc is None
-            or max(abs(fl - fc), abs(fr - fc)) > 1e-6 * (1 + abs(fc))
+            fc is None
+            or not math.isfinite(fc)
+            or any(
+                v is None or not math.isfinite(v) or abs(v - fc) > 1e-6 * (1 + abs(fc))
+                for v in (_nearest(cand.expr, c, exact, side) for side in (-1, 1))
+            )
         ):
             discontinuities.append(_clean(c, 9))
             continue
         (dl, dr), _ = _one_sided(cand.derivative, c, exact)
         if dl is None or dr is None or abs(dl - dr) > 1e-4 * (1 + abs(dl) + abs(dr)):
             kinks.append(_clean(c, 9))
-    return tuple(sorted(set(discontinuities))), tuple(sorted(set(kinks)))
+            if dl is None or dr is None:  # a slope that does not settle: how fast it grows
+                p = max(_slope_power(cand.derivative, c, exact, side) for side in (-1, 1))
+                if p >= _HEAVY_TAIL_P:
+                    heavy.append(_clean(c, 9))
+    return (
+        tuple(sorted(set(discontinuities))),
+        tuple(sorted(set(kinks))),
+        tuple(sorted(set(heavy))),
+    )
 
 
 # -- monotonicity ----------------------------------------------------------------------------
@@ -384,7 +442,7 @@ def compute_properties(cand: Candidate) -> Properties:
     left = _flat_side(expr, f0, -1.0)
     right = _flat_side(expr, f0, 1.0)
     monotone, turning = _monotone(cand, values)
-    discontinuities, kinks = _smoothness(cand)
+    discontinuities, kinks, heavy = _smoothness(cand)
     return Properties(
         f0=_clean(f0),
         zero_centred=abs(f0) <= _TOL,
@@ -406,6 +464,8 @@ def compute_properties(cand: Candidate) -> Properties:
         differentiable=not discontinuities and not kinks,
         discontinuities=discontinuities,
         non_differentiable_at=kinks,
+        heavy_tailed_slope=bool(heavy),
+        heavy_tailed_at=heavy,
     )
 
 

@@ -57,3 +57,18 @@ def test_a_row_shows_its_data_escaped_and_is_rendered_again_when_it_changes() ->
     assert 'href="http://b:2/candidates/mine"' in there and "http://a:1" not in there
     # unranked rows are the other table's
     assert str(page_format.board_rows([_row(ranked=False, rank=None)], here)) == ""
+
+
+def test_a_heavy_tailed_slope_is_the_first_badge_and_says_why() -> None:
+    """exproot's place on a CPU screen is its gradient noise, not a rank (diagnoses section 2f):
+    the board says so on its row, ahead of the flags that would crowd it out of six badges."""
+    from normfree.search_space import catalog
+
+    props = catalog.get("exproot").properties.model_dump(mode="json")
+    badges = page_format.property_badges(props)
+    assert badges[0]["label"] == "heavy tailed slope" and badges[0]["cls"] == "warn"
+    assert "small batches" in badges[0]["title"]
+    html = str(page_format.board_rows([_row(properties=props)], _request("http://a:1")))
+    assert 'class="badge warn"' in html and ">heavy tailed slope<" in html
+    erf = catalog.get("erf").properties.model_dump(mode="json")
+    assert all(b["label"] != "heavy tailed slope" for b in page_format.property_badges(erf))

@@ -38,14 +38,22 @@ PROPERTIES: dict[str, dict] = {
     # sin has slope cos(pi/2) = 0 where the clamp starts: C1, no kink
     "satursin": {**ODD, **B, **INC, **SMOOTH, "slope0": 1.0},
     "expsign": {**ODD, **B, **INC, **SMOOTH, "slope0": 1.0},
-    "exproot": {**ODD, **B, **INC, **kinks(0.0), "slope0": INF_SLOPE_SECANT},
+    # slope 1/(2 sqrt|u|) at 0: its square is not integrable (heavy-tailed gradients)
+    "exproot": {
+        **ODD, **B, **INC, **kinks(0.0), "slope0": INF_SLOPE_SECANT,
+        "heavy_tailed_slope": True, "heavy_tailed_at": (0.0,),
+    },
     "relsign": {**ODD, **B, **INC, **SMOOTH, "slope0": 0.5},
     "isru": {**ODD, **B, **INC, **SMOOTH, "slope0": 1.0},
     "cubsign": {**ODD, **B, **INC, **SMOOTH, "slope0": 0.0, "flat_halfwidth": 0.0},
     "logsignclip": {**ODD, **B, **INC, **kinks(-E1, E1), "slope0": 1.0},
     "logquadclip": {**ODD, **B, **INC, **kinks(-LQ, LQ), "slope0": 0.0},
     "arcsinhclip": {**ODD, **B, **INC, **kinks(-AS, AS), "slope0": 1.0},
-    "power23clip": {**ODD, **B, **INC, **kinks(-1.0, 0.0, 1.0), "slope0": P23_SECANT},
+    # slope ~|u|^(-1/3) at 0: infinite, but its square is integrable
+    "power23clip": {
+        **ODD, **B, **INC, **kinks(-1.0, 0.0, 1.0), "slope0": P23_SECANT,
+        "heavy_tailed_slope": False,
+    },
     "linearclip": {**ODD, **B, **INC, **kinks(-1.0, 1.0), "slope0": 1.0},
     "smoothsign": {**ODD, **B, **INC, **SMOOTH, "slope0": 1.0, "limit_pos": 1.0},
     # saturlog converges like 1 - 1/log(u): bounded, limit 1 (confirmed symbolically)

@@ -69,3 +69,38 @@ def test_flatness_is_exact_not_approximate():
     assert parse("relu(u)").properties.flat_region == (-50.0, 0.0)
     assert parse("relu(u)").properties.flat_halfwidth == 0.0
     assert parse("max(abs(u) - 2, 0)").properties.flat_halfwidth == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("formula", "heavy", "kinks"),
+    [
+        ("sign(u)*abs(u)^0.3", (0.0,), (0.0,)),  # |f'| ~ |u|^-0.7
+        ("sign(u)*sqrt(abs(u))/(1+sqrt(abs(u)))", (0.0,), (0.0,)),  # ~ |u|^-1/2, like exproot
+        ("sign(u)*abs(u)^0.6", (), (0.0,)),  # ~ |u|^-0.4: infinite, square integrable
+        ("abs(u)", (), (0.0,)),  # a finite kink
+        ("tanh(u)", (), ()),
+    ],
+)
+def test_a_slope_whose_square_is_not_integrable_is_flagged(formula, heavy, kinks):
+    """The backward signal through such an f has unbounded variance (diagnoses section 2f);
+    a root of |u| is continuous at 0 although it approaches f(0) slowly (it was read as a jump
+    when continuity meant settling over twelve decades)."""
+    from normfree.search_space import parse
+
+    p = parse(formula).properties
+    assert p.heavy_tailed_at == heavy and p.heavy_tailed_slope is bool(heavy)
+    assert p.non_differentiable_at == kinks and p.continuous and not p.discontinuities
+    assert ("heavy-tailed slope" in p.summary()) is bool(heavy)
+
+
+def test_properties_stored_before_the_heavy_tail_fields_still_load():
+    p = Properties.model_validate(
+        {k: v for k, v in _erf_dump().items() if not k.startswith("heavy_tailed")}
+    )
+    assert p.heavy_tailed_slope is False and p.heavy_tailed_at == ()
+
+
+def _erf_dump() -> dict:
+    from normfree.search_space import catalog
+
+    return catalog.get("erf").properties.model_dump(mode="json")

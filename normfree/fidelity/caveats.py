@@ -14,6 +14,10 @@ A leaderboard or a fidelity report is a number a newcomer will trust. Four thing
 - **too few cells**: a rank correlation over fewer than :data:`MIN_RANK_CELLS` cells, or
   "k of n orders" over fewer than :data:`MIN_ORDER_PAIRS` pairs, is not printed as a headline
   (+1.00 over two or three cells says nothing).
+- **a heavy-tailed slope**: an arm whose function's slope has a square that is not integrable
+  at a kink (the property ``heavy_tailed_slope``: exproot) is placed by its gradient noise,
+  which a CPU screen's small batches leave in every step and scale's batches average away
+  (bench/results/diagnoses-issue25.md, section 2f): its place is named as not a ranking.
 
 Pure apart from reading the preset registry (no torch, no database).
 """
@@ -89,13 +93,29 @@ def near_chance_rule(proxy: str) -> Any:
     return rule
 
 
+def _catalog_properties(name: Any) -> Mapping[str, Any]:
+    """A catalog function's properties from the catalog index (cached JSON, no sympy once
+    built): boards read from storage carry none for catalog functions (they are not stored
+    rows), and a caveat must not depend on which view asked. {} for anything else."""
+    if not isinstance(name, str):
+        return {}
+    try:
+        from normfree.search_space import catalog_index
+
+        entry = catalog_index.get(name)
+    except Exception:  # a caveat is an addition: an index that cannot be read adds nothing
+        return {}
+    return (entry.data.get("properties") or {}) if entry is not None else {}
+
+
 def board_caveats(proxy: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a leaderboard says beside its ranking: calibration, provisional, near-chance arms.
+    """What a leaderboard says beside its ranking: calibration, provisional, near-chance arms,
+    arms with a heavy-tailed slope.
 
     ``rows`` are leaderboard rows (``candidate`` or a label, ``n`` completed seeds, ``mean``,
-    ``objective``). Arms with no completed seed are not ranked and do not make a board
-    provisional; an arm whose mean ends near chance is named (it failed to train, and the
-    fidelity report counts it so).
+    ``objective``, and ``properties`` where known). Arms with no completed seed are not ranked
+    and do not make a board provisional; an arm whose mean ends near chance is named (it failed
+    to train, and the fidelity report counts it so), as is an arm with a heavy-tailed slope.
     """
     calibration = calibration_of(proxy)
     ranked = [r for r in rows if (r.get("n") or 0) > 0 and r.get("mean") is not None]
@@ -105,6 +125,14 @@ def board_caveats(proxy: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, An
         str(r.get("label") or r.get("candidate"))
         for r in ranked
         if _is_accuracy(r.get("objective")) and near_chance(float(r["mean"]))
+    ]
+    heavy = [
+        str(r.get("label") or r.get("candidate"))
+        for r in ranked
+        if (r.get("properties") or _catalog_properties(r.get("candidate"))).get(
+            "heavy_tailed_slope"
+        )
+        is True
     ]
     notes = []
     if calibration is None:
@@ -120,6 +148,15 @@ def board_caveats(proxy: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, An
         notes.append(
             f"ended near chance (failed to train, counted as failures in fidelity): {shown}"
         )
+    if heavy:
+        shown = ", ".join(heavy[:5]) + (f" and {len(heavy) - 5} more" if len(heavy) > 5 else "")
+        notes.append(
+            f"placed by gradient noise, not by shape: {shown} "
+            f"{'has' if len(heavy) == 1 else 'have'} a slope whose square is not integrable "
+            "at a kink (heavy-tailed slope); this screen's small batches leave that noise in "
+            "every step, where scale averages it away, so such a place is not a ranking "
+            "(bench/results/diagnoses-issue25.md, section 2f)"
+        )
     return {
         "calibrated": calibration is not None,
         "calibration": calibration,
@@ -127,5 +164,6 @@ def board_caveats(proxy: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, An
         "min_seeds": MIN_SEEDS,
         "fewest_seeds": fewest,
         "near_chance": chance,
+        "heavy_tailed": heavy,
         "notes": notes,
     }

@@ -91,3 +91,42 @@ def test_runs_ending_near_chance_are_failures_in_fidelity_on_a_smoke_preset(api:
     rows = api.client.get("/api/candidates/shift_h(erf, 2)/results").json()
     assert rows and all(r["near_chance"] for r in rows if r["proxy"] == "vit-tiny"), rows
     assert not any(r["near_chance"] for r in api.client.get("/api/candidates/erf/results").json())
+
+
+def test_an_arm_with_a_heavy_tailed_slope_is_named_on_every_view_of_its_board(
+    api: Api, tmp_path
+) -> None:
+    """exproot's place on a CPU screen is its gradient noise, not its shape (diagnoses 2f): the
+    board says so over REST, on its page and in the CLI, by the function's own property (its
+    catalog entry: a board read from storage carries no properties for catalog functions)."""
+    import json
+
+    from normfree.testing.live import run_cli
+
+    spec = StudySpec(
+        kind="options", proxy="vit-tiny", functions=["exproot", "erf"],
+        options={"shift": ["scalar"]}, seeds=3, epochs=1,
+    )  # fmt: skip
+    study_id = create_study(spec, settings=api.settings)
+    repo = StudyDriver(study_id, settings=api.settings).store.repo
+    while (leased := repo.lease_next(study_id, "t", 30.0)) is not None:
+        acc = (0.5 if leased.config.norm.name == "exproot" else 0.8) + 0.01 * leased.config.seed
+        assert repo.finish_trial(leased.id, "t", leased.attempt, _result(acc))
+    repo.set_study_status(study_id, "complete")
+    board = api.client.get(f"/api/leaderboards/vit-tiny?study_id={study_id}").json()
+    cav = board["caveats"]
+    assert cav["heavy_tailed"] == ["exproot + s"], cav
+    assert any("gradient noise" in n and "exproot" in n for n in cav["notes"])
+    page = api.client.get("/?proxy=vit-tiny").text
+    assert 'id="board-caveats"' in page and "placed by gradient noise" in page
+    assert ">heavy tailed slope<" in page  # the row's own badge
+    cli = run_cli(
+        ["leaderboard", "--proxy", "vit-tiny", "--study", str(study_id), "--json"],
+        api.settings.database_url,
+    )
+    assert cli.returncode == 0, cli.stderr
+    out = json.loads(cli.stdout)
+    assert out["caveats"]["heavy_tailed"] == ["exproot + s"], out["caveats"]
+    detail = api.client.get(f"/api/studies/{study_id}?trials=false").json()
+    assert [c for c in detail["caveats"]["heavy_tailed"] if "exproot" in c], detail["caveats"]
+    assert "placed by gradient noise" in api.client.get(f"/studies/{study_id}").text

@@ -82,3 +82,18 @@ def test_an_uncalibrated_preset_prints_no_fidelity_figure() -> None:
     line = headline(rep)
     assert line.startswith("no fidelity headline") and "vit-tiny" in line
     assert "orders reproduced" not in line and "Spearman" not in line
+
+
+def test_a_heavy_tailed_arm_is_named_by_its_properties_or_its_catalog_entry() -> None:
+    rows = [
+        {"candidate": "exproot", "label": "exproot + s", "n": 3, "mean": 0.76},
+        {"candidate": "erf", "label": "erf + s", "n": 3, "mean": 0.92},
+        {"candidate": "mine", "n": 3, "mean": 0.9, "properties": {"heavy_tailed_slope": True}},
+        {"candidate": "power23clip", "n": 3, "mean": 0.91},  # |u|^-1/3: square integrable
+        {"candidate": "unranked", "n": 0, "mean": None, "properties": {"heavy_tailed_slope": True}},
+    ]
+    got = caveats.board_caveats("vit-screen-heldout", rows)
+    assert got["heavy_tailed"] == ["exproot + s", "mine"]
+    assert sum("gradient noise" in n for n in got["notes"]) == 1
+    assert "exproot + s, mine have a slope" in got["notes"][-1]
+    assert caveats.board_caveats("vit-screen-heldout", rows[1:2])["notes"] == []

@@ -137,6 +137,11 @@ class BoardCaveats(_Out):
         default_factory=list,
         description="Arms whose mean ends near chance: failed to train (failures in fidelity).",
     )
+    heavy_tailed: list[str] = Field(
+        default_factory=list,
+        description="Ranked arms whose function has a heavy-tailed slope (exproot): placed by "
+        "the screen's gradient noise, not by shape; their place is not a ranking.",
+    )
     notes: list[str] = Field(default_factory=list, description="Each caveat in words.")
 
 

@@ -241,7 +241,17 @@ def _caveats(proxy: str, rows: list[S.LeaderboardRow], objective: str | None) ->
     """The caveats of the rows shown (``fidelity.caveats.board_caveats``)."""
     from normfree.fidelity.caveats import board_caveats
 
-    plain = [{"label": r.candidate, "n": r.n, "mean": r.mean, "objective": objective} for r in rows]
+    plain = [
+        {
+            "label": r.candidate,
+            "candidate": r.function or r.candidate,
+            "n": r.n,
+            "mean": r.mean,
+            "objective": objective,
+            "properties": r.properties,
+        }
+        for r in rows
+    ]
     return S.BoardCaveats(**board_caveats(proxy, plain))
 
 

@@ -454,7 +454,18 @@ def _cells_caveats(proxy: str, cells: list[S.StudyCell], objective: str | None) 
     """A study's cells read with the care a leaderboard's arms are (``board_caveats``)."""
     from normfree.fidelity.caveats import board_caveats
 
-    rows = [{"label": c.label, "n": c.n, "mean": c.mean, "objective": objective} for c in cells]
+    rows = [
+        {
+            "label": c.label,
+            # the function's own entry names a heavy-tailed slope; a transformed cell (a value)
+            # is another function, whose properties the cell does not carry
+            "candidate": c.function if c.value is None else None,
+            "n": c.n,
+            "mean": c.mean,
+            "objective": objective,
+        }
+        for c in cells
+    ]
     return S.BoardCaveats(**board_caveats(proxy, rows))
 
 

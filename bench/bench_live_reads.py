@@ -21,6 +21,7 @@ the study page < 200 ms. The machine is shared: the load average is recorded.
 
     python bench/bench_live_reads.py [--quick] [--backend sqlite|postgresql] [--trials 10000]
         [--seeded FILE_OR_URL] [--seconds 20] [--readers 32] [--rate 5] [--delay 0]
+        [--server-workers 1]
 
 ``--quick``: 300 trials, 5 s, under 30 s. Prints one JSON object as its last line and writes it
 to bench/results/live_reads[-quick].json (``--out`` for another file).
@@ -64,8 +65,14 @@ FIRST_WINDOW_S = 5.0
 
 def writer(url: str, sid: int, rate: float, go: Any, out: Any) -> None:
     """Finish the study's trials at ``rate`` a second from the time ``go`` gives, until the
-    end time it gives; put the wall time of every commit on ``out``."""
+    end time it gives; put the wall time of every commit on ``out`` (and of the one before
+    the window)."""
     with Writer(url, "live-writer", 7) as w:  # opened before the start: imports take seconds
+        # One finish before the window, as a worker that has written before: a process's
+        # first commit pays its connection's and statements' set-up (~250 ms), and the catch-up
+        # after it put the window's first two commits 20 ms apart, so that answers 30 ms later
+        # read as two commits behind (a writer at five a second spaces them 200 ms).
+        warmed = time.time() if w.finish_one(sid) is not None else None
         start, until = go.get()
         commits: list[float] = []
         spent: list[float] = []  # seconds each commit took: a writer that cannot keep its rate
@@ -82,7 +89,7 @@ def writer(url: str, sid: int, rate: float, go: Any, out: Any) -> None:
                 spent.append(commits[-1] - t0)
                 k += 1
         finally:
-            out.put((commits, spent))
+            out.put((commits, spent, warmed))
 
 
 def paths(info: dict[str, Any], live: int) -> dict[str, Any]:
@@ -188,17 +195,32 @@ def lane_figures(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def staleness(seen: list[tuple[float, int]], commits: list[float]) -> dict[str, Any]:
-    """How many commits made before each answer's request it did not show."""
-    lags = []
+def staleness(seen: list[tuple[float, int]], commits: list[float], start: float) -> dict[str, Any]:
+    """How many commits made before each answer's request it did not show (``commits``: every
+    commit of the writing study, the one before the window included)."""
+    lags, ages, late = [], [], []
     for sent, finished in seen:
         made = sum(1 for t in commits if t < sent)
-        lags.append(max(0, made - finished))
+        lag = max(0, made - finished)
+        lags.append(lag)
+        # how long before the request the first commit it does not show was made
+        age = (sent - commits[made - lag]) * 1000 if lag else 0.0
+        ages.append(age)
+        if lag > 1:
+            late.append([rounded(sent - start), lag, rounded(age)])
     if not lags:
         return {"answers": 0}
+    ages.sort()
     return {
         "answers": len(lags),
         "max_commits_behind": max(lags),
+        # the age of the oldest commit an answer misses (0 when current): p99 and max, ms
+        "missed_commit_age_ms": {
+            "p99": rounded(ages[int(0.99 * (len(ages) - 1))]),
+            "max": rounded(ages[-1]),
+        },
+        # answers more than one commit behind: [s into the window, commits, age ms]
+        "more_than_1_behind": late[:20],
         "share_more_than_1_behind": rounded(sum(1 for x in lags if x > 1) / len(lags)),
         "share_current": rounded(sum(1 for x in lags if x == 0) / len(lags)),
     }
@@ -232,7 +254,8 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
     proc = ctx.Process(target=writer, args=(url, live, args.rate, go, out_q), daemon=True)
     proc.start()  # imports while the server starts
     makers = paths(info, live)
-    with live_server(url, "--no-run-studies", timeout=300) as base:
+    extra = ("--workers", str(args.server_workers)) if args.server_workers > 1 else ()
+    with live_server(url, "--no-run-studies", *extra, timeout=300) as base:
         host, port_s = base.split("//")[1].rstrip("/").split(":")
         port = int(port_s)
         started = time.time()
@@ -247,7 +270,7 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
         loaded = load(host, port, makers, args.readers, start, until)
         with quiet_gc():
             lat, errors, timeouts, seen = asyncio.run(loaded)
-        commits, spent = out_q.get(timeout=120)
+        commits, spent, warmed = out_q.get(timeout=120)
         proc.join(30)
         health_after = asyncio.run(_health(host, port))
     reads = figures_of(lat, errors, timeouts, args.seconds)
@@ -263,7 +286,7 @@ def measure(url: str, info: dict[str, Any], args: Any) -> dict[str, Any]:
     if args.dump:  # every answer's (read, seconds into the window, ms) and the commits
         rows = [(name, t, ms) for name, xs in lat.items() for t, ms in xs]
         args.dump.write_text(json.dumps({"reads": rows, "commits": [c - start for c in commits]}))
-    stale = staleness(seen, commits)
+    stale = staleness(seen, ([warmed] if warmed is not None else []) + commits, start)
     targets["at_most_1_commit_behind"] = stale.get("max_commits_behind", 99) <= 1
     return {
         "window_start_unix": round(start, 3),  # to line up per-process CPU samples with it
@@ -311,6 +334,12 @@ def main() -> None:
         help="seconds between the first requests and the window (0: the issue's target; more "
         "shows the server once its start-up work is done)",
     )
+    ap.add_argument(
+        "--server-workers",
+        type=int,
+        default=1,
+        help="`normfree serve --workers N` (each process its own read cache, lane and builder)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--dump", type=Path, default=None, help="write every answer's latency here")
     args = ap.parse_args()
@@ -337,6 +366,7 @@ def main() -> None:
         "seconds": args.seconds,
         "rate": args.rate,
         "delay_s": args.delay,
+        "server_workers": args.server_workers,
         **run,
         "total_s": round(time.perf_counter() - t_start, 1),
         "machine": describe(),

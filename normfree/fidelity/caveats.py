@@ -1,6 +1,6 @@
 """The caveats a verdict carries, and the one home of the thresholds that decide them.
 
-A leaderboard or a fidelity report is a number a newcomer will trust. Four things make it not
+A leaderboard or a fidelity report is a number a newcomer will trust. Five things make it not
 (yet) a verdict, and every view (API, pages, CLI) reads them from here:
 
 - **no calibration**: a preset never checked against the published facts (the smoke presets

@@ -285,16 +285,28 @@ def _switch_points(expr: sympy.Expr) -> list[float]:
     return sorted(points)[:40]
 
 
+def _beside(
+    e: sympy.Expr, c: float, exact: sympy.Rational | None, direction: int
+) -> tuple[float | None, float | None, float]:
+    """(e near c, e nearer c, decades between them) on one side of ``c``.
+
+    Exactly at c -+ 1e-12 and 1e-24 where ``c`` is a known kink point (twelve decades resolve a
+    slowly growing slope), else in float64 at c -+ 1e-5 and 1e-8 (three decades, as far as
+    float64 reaches beside a numerically found point). One home for "beside c": continuity, the
+    one-sided slopes and the slope's power all read it.
+    """
+    if exact is not None:
+        near = _exact_at(e, exact + direction * sympy.Rational(1, 10**12))
+        nearer = _exact_at(e, exact + direction * sympy.Rational(1, 10**24))
+        return near, nearer, 12.0
+    return float(_f(e, c + direction * 1e-5)[0]), float(_f(e, c + direction * 1e-8)[0]), 3.0
+
+
 def _one_sided(e: sympy.Expr, c: float, exact: sympy.Rational | None) -> tuple[list, float | None]:
     """[e(c-), e(c+)] (None when not settling to a finite value) and e(c)."""
     sides = []
     for direction in (-1, 1):
-        if exact is not None:
-            near = _exact_at(e, exact + direction * sympy.Rational(1, 10**12))
-            nearer = _exact_at(e, exact + direction * sympy.Rational(1, 10**24))
-        else:
-            near = float(_f(e, c + direction * 1e-5)[0])
-            nearer = float(_f(e, c + direction * 1e-8)[0])
+        near, nearer, _ = _beside(e, c, exact, direction)
         ok = (
             near is not None
             and nearer is not None
@@ -313,23 +325,9 @@ def _one_sided(e: sympy.Expr, c: float, exact: sympy.Rational | None) -> tuple[l
 _HEAVY_TAIL_P = 0.48
 
 
-def _nearest(e: sympy.Expr, c: float, exact: sympy.Rational | None, direction: int) -> float | None:
-    """``e`` just beside ``c``: at c -+ 1e-24 exactly, or c -+ 1e-8 in float64."""
-    if exact is not None:
-        return _exact_at(e, exact + direction * sympy.Rational(1, 10**24))
-    return float(_f(e, c + direction * 1e-8)[0])
-
-
 def _slope_power(d: sympy.Expr, c: float, exact: sympy.Rational | None, direction: int) -> float:
     """p of |f'| ~ |u - c|^-p on one side of ``c`` (0 when the slope stays finite)."""
-    if exact is not None:
-        near = _exact_at(d, exact + direction * sympy.Rational(1, 10**12))
-        nearer = _exact_at(d, exact + direction * sympy.Rational(1, 10**24))
-        decades = 12.0
-    else:
-        near = float(_f(d, c + direction * 1e-5)[0])
-        nearer = float(_f(d, c + direction * 1e-8)[0])
-        decades = 3.0
+    near, nearer, decades = _beside(d, c, exact, direction)
     if near is None or nearer is None or not (math.isfinite(near) and math.isfinite(nearer)):
         return 0.0
     if abs(near) <= 1e-300 or abs(nearer) <= abs(near):
@@ -353,7 +351,7 @@ def _smoothness(
             or not math.isfinite(fc)
             or any(
                 v is None or not math.isfinite(v) or abs(v - fc) > 1e-6 * (1 + abs(fc))
-                for v in (_nearest(cand.expr, c, exact, side) for side in (-1, 1))
+                for v in (_beside(cand.expr, c, exact, side)[1] for side in (-1, 1))
             )
         ):
             discontinuities.append(_clean(c, 9))

@@ -14,7 +14,8 @@ until that build is in (the read cache's count for that answer's family, checked
 answer's ``valid``): after a commit, the readers of one page share its first reader's answer
 instead of each going the slow way.
 
-It is exact, not a time-to-live: a generation changes whenever any connection commits. The
+It is exact, not a time-to-live (on PostgreSQL up to the milliseconds a commit notice takes,
+below): a generation changes whenever any connection commits. The
 stamp is read *before* the app computes its key, so an entry can only be older than its
 stamp, never newer; an equal stamp later means no commit happened in between. After a commit,
 an entry whose route handed over its key function (``allow(served, rekey)``) is replayed if
@@ -25,12 +26,13 @@ not go through the app again.
 - SQLite (:class:`SqliteGeneration`): ``PRAGMA data_version`` on a dedicated read-only
   connection, microseconds on the event loop; it changes when any other connection (this
   process's pool, a Ray worker, the CLI) commits.
-- PostgreSQL (:class:`PostgresGeneration`): the current snapshot (``pg_current_snapshot()``,
-  which changes when a transaction takes an id or finishes), read on an async connection.
-  Requests that arrive while one such query is in flight share the *next* one, so under load
-  one round trip serves many requests and none is answered from a snapshot taken before it
-  arrived. Transaction ids are the server's, not the database's: on a server shared with
-  other busy databases the lane closes more often (never wrongly).
+- PostgreSQL (:class:`PostgresNotifyGeneration`): a count of commit notices, which every
+  table's trigger sends when a transaction that wrote it commits (migration 0014), kept by a
+  LISTEN connection: a read from memory. It moves when this event loop reads the notice, so an
+  answer may miss a commit of the last few milliseconds (one commit, never more at the rates a
+  study writes). A database without the triggers reads the current snapshot instead
+  (:class:`PostgresGeneration`, ``pg_current_snapshot()``, exact: a request waits for a query
+  that started after it arrived, one query serving every request that waits for it).
 
 Only anonymous ``GET`` requests take the lane (no ``Authorization``, ``Cookie`` or
 ``If-None-Match``: a token holder may see another body, and a conditional request goes the
@@ -238,6 +240,141 @@ class PostgresGeneration:
             await conn.close()
 
 
+# How the lane's LISTEN connection names itself in ``pg_stat_activity``.
+APPLICATION_NAME = "normfree-fast-lane"
+
+
+class PostgresNotifyGeneration:
+    """A count of the database's commit notices (migration 0014), kept on a LISTEN connection.
+
+    Why: :class:`PostgresGeneration` makes every request wait for a round trip taken after it
+    arrived; under a writer and 32 readers on two cores that wait was 5-10 ms of a read's p99
+    and its queries ran back to back (bench/results/live_reads.md). Here a request reads the
+    count from memory. Every table's trigger notifies on commit (never for a rollback or a
+    read-only transaction, so unlike the snapshot it does not move for other databases on the
+    same server), and the count moves when this event loop reads the notice: an answer may miss
+    a commit made in the last few milliseconds, never one older (bench: at most one commit
+    behind). Each connection is a new series (``(opened, count)``), so nothing stamped before a
+    reconnect is replayed after it; while the connection is down the lane is closed (None).
+
+    A database without the triggers (not migrated to 0014) falls back to the snapshot, for good.
+    A ping every :attr:`PING_S` finds a connection that died silently.
+    """
+
+    PING_S = 5.0
+    RETRY_S = 1.0
+
+    def __init__(self, url: str) -> None:
+        from normfree.storage.async_reads import conninfo
+
+        self._url = url
+        self._conninfo = conninfo(url)
+        self._conn: Any = None
+        self._reader: asyncio.Future[None] | None = None
+        self._opened = 0
+        self.count = 0  # notices read on the current connection
+        self._retry_at = 0.0
+        self._connecting: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.fallback: PostgresGeneration | None = None
+
+    def _listening(self) -> bool:
+        # a reader of another (stopped) event loop hears nothing here: an app started again
+        return (
+            self._reader is not None
+            and not self._reader.done()
+            and self._loop is asyncio.get_running_loop()
+        )
+
+    async def __call__(self) -> Hashable | None:
+        if self.fallback is not None:
+            return await self.fallback()
+        if not self._listening():
+            if time.monotonic() < self._retry_at:
+                return None
+            loop = asyncio.get_running_loop()
+            if self._connecting is None or self._loop is not loop:
+                self._connecting, self._loop = asyncio.Lock(), loop
+            async with self._connecting:  # the requests of one moment share one connect
+                if not self._listening():
+                    await self._listen()
+            if self.fallback is not None:
+                return await self.fallback()
+            if not self._listening():
+                return None
+        return (self._opened, self.count)
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        from normfree.storage.generation import CHANNEL, MISSING_SQL
+
+        await self._close()
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                autocommit=True, application_name=APPLICATION_NAME, **self._conninfo
+            )
+            try:
+                missing = await (await conn.execute(MISSING_SQL)).fetchall()
+                if missing:
+                    log.info(
+                        "fast lane: %d table(s) without commit notices (%s...; a database not "
+                        "migrated to revision 0014): reading the snapshot instead",
+                        len(missing),
+                        missing[0][0],
+                    )
+                    self.fallback = PostgresGeneration(self._url)
+                    await conn.close()
+                    return
+                await conn.execute(f"LISTEN {CHANNEL}")
+            except BaseException:
+                await conn.close()
+                raise
+        except Exception:  # the lane is an optimisation: the usual path still answers
+            log.warning("fast lane: cannot LISTEN on PostgreSQL; retrying in 1 s", exc_info=True)
+            self._retry_at = time.monotonic() + self.RETRY_S
+            return
+        self._conn = conn
+        self._opened += 1
+        self.count = 0
+        self._reader = asyncio.ensure_future(self._read(conn))
+
+    async def _read(self, conn: Any) -> None:
+        """Count notices as they come; ping between quiet spells (psycopg keeps a notice that
+        arrives during the ping for the next ``notifies()``)."""
+        try:
+            while True:
+                async for _ in conn.notifies(timeout=self.PING_S):
+                    self.count += 1
+                await asyncio.wait_for(conn.execute("SELECT 1"), self.PING_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("fast lane: lost the LISTEN connection; reconnecting", exc_info=True)
+            self._retry_at = time.monotonic() + self.RETRY_S
+
+    async def _close(self) -> None:
+        reader, self._reader = self._reader, None
+        if (
+            reader is not None
+            and not reader.done()
+            and reader.get_loop() is asyncio.get_running_loop()
+        ):
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def aclose(self) -> None:
+        await self._close()
+        if self.fallback is not None:
+            await self.fallback.aclose()
+            self.fallback = None
+
+
 Generation = Callable[[], Awaitable[Hashable | None]]
 # A direct route: the request's scope and its path's match -> the answer (an ASGI app, such as
 # a Starlette Response), or None to let the app answer.
@@ -427,7 +564,7 @@ def of(app: Any) -> FastLane | None:
     return node
 
 
-def generation_for(url: str) -> SqliteGeneration | PostgresGeneration | None:
+def generation_for(url: str) -> SqliteGeneration | PostgresNotifyGeneration | None:
     """The generation source for a database URL; None where there is none (an in-memory
     SQLite database, another backend): the lane then stays closed."""
     from sqlalchemy.engine import make_url
@@ -441,5 +578,5 @@ def generation_for(url: str) -> SqliteGeneration | PostgresGeneration | None:
             return None
         return SqliteGeneration(path)
     if u.get_backend_name() == "postgresql":
-        return PostgresGeneration(url)
+        return PostgresNotifyGeneration(url)
     return None

@@ -188,8 +188,8 @@ def test_postgres_generation_is_shared_and_never_older_than_the_request(
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE t (x INTEGER)"))
-    gen = fastlane.generation_for(url)
-    assert isinstance(gen, fastlane.PostgresGeneration)
+    # the snapshot: what the lane reads on a database without commit notices (not migrated)
+    gen = fastlane.PostgresGeneration(url)
     queries = 0
     real = gen._query
 
@@ -210,6 +210,89 @@ def test_postgres_generation_is_shared_and_never_older_than_the_request(
             conn.execute(text("INSERT INTO t VALUES (1)"))
         after = await gen()
         assert after != before
+        await gen.aclose()
+
+    asyncio.run(scenario())
+    engine.dispose()
+
+
+async def _moved(gen: Any, old: Any, within_s: float = 3.0) -> Any:
+    """The generation once it differs from ``old`` (and is not None), or ``old`` at the end."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while asyncio.get_running_loop().time() < deadline:
+        now = await gen()
+        if now is not None and now != old:
+            return now
+        await asyncio.sleep(0.01)
+    return old
+
+
+@pytest.mark.postgres
+def test_postgres_generation_counts_commit_notices(postgres_database_url: str) -> None:
+    """On a migrated database the generation is a count of commit notices read from memory:
+    a commit elsewhere moves it within milliseconds, a read or a rollback does not, and a lost
+    connection starts a new series (nothing stamped before it is replayed after)."""
+    from normfree.storage import Database
+
+    db = Database(postgres_database_url)
+    db.migrate()
+    gen = fastlane.generation_for(db.url)
+    assert isinstance(gen, fastlane.PostgresNotifyGeneration)
+
+    async def scenario() -> None:
+        g0 = await gen()
+        assert g0 is not None and gen.fallback is None
+        with db.engine.connect() as conn:  # a read, then a write rolled back: no commit
+            conn.execute(text("SELECT count(*) FROM trials")).all()
+            conn.execute(text("DELETE FROM reference_sets"))
+            conn.rollback()
+        assert await _moved(gen, g0, within_s=0.5) == g0
+        with db.engine.begin() as conn:
+            conn.execute(text("UPDATE candidates SET name = name"))
+        g1 = await _moved(gen, g0)
+        assert g1 != g0
+        many = await asyncio.gather(*(gen() for _ in range(50)))
+        assert set(many) == {g1}  # no round trip: every request reads the same count
+        with db.engine.begin() as conn:  # the LISTEN connection dies
+            killed = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :name AND datname = current_database()"
+                ),
+                {"name": fastlane.APPLICATION_NAME},
+            ).all()
+        assert killed == [(True,)]
+        g2 = await _moved(gen, g1, within_s=5.0)
+        assert g2 not in (g0, g1) and g2[0] == g1[0] + 1  # a new series, not a replay
+        await gen.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        db.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_generation_without_notices_reads_the_snapshot(
+    postgres_database_url: str,
+) -> None:
+    """A database whose tables send no notices (not migrated to 0014) falls back to the
+    snapshot, which still sees every commit."""
+    from normfree.storage import normalize_url
+
+    url = normalize_url(postgres_database_url)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    gen = fastlane.generation_for(url)
+    assert isinstance(gen, fastlane.PostgresNotifyGeneration)
+
+    async def scenario() -> None:
+        g0 = await gen()
+        assert g0 is not None and isinstance(gen.fallback, fastlane.PostgresGeneration)
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO t VALUES (1)"))
+        assert await gen() != g0
         await gen.aclose()
 
     asyncio.run(scenario())

@@ -21,7 +21,7 @@ from normfree.storage.candidates import canonical_key
 from normfree.storage.models import Base
 
 V1_FILE = Path(__file__).parent / "data" / "normfree_v1.db"
-HEAD = "0013"  # the newest revision
+HEAD = "0014"  # the newest revision
 
 
 def head(db: Database) -> str:

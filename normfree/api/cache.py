@@ -18,7 +18,8 @@ of a hit is that query plus a dict lookup; no time-to-live is involved.
   version starts its build in the background and waits ``read_fresh_wait_s`` at most, then
   gets the previous version (at most the commits made during one build behind; issue 27's
   live reads); every other reader of the family meanwhile gets the previous version at once.
-  A lone write is still read back at once: a quiet family's reader waits.
+  A lone write is still read back at once: a quiet family's reader waits (for a build in the
+  builder process too, when there is one).
 - A build's own lookups (a page's model, a study's cells) build their parts in full on the
   build's thread: a page stored under its new key is made of its parts' new versions.
 - Those background builds run in the server's builder process when it has one
@@ -203,6 +204,9 @@ class ResponseCache:
                     future = None
             else:
                 future = None
+            # a known family's next version (a commit moved its key): not its first build, nor
+            # a version built again after its entry was dropped (the sweep below, eviction)
+            moved = stale_ok and latest is not None and latest[1] != key
         if future is not None:
             try:
                 return key, future.result(timeout=self.fresh_wait_s)
@@ -219,7 +223,13 @@ class ResponseCache:
                 return key, hit
             with self._lock:
                 seq = self._begin(family)
-            return key, self._build(key, build, seq)
+            # A quiet family's next version: its reader waits (a lone write is read back at
+            # once), but the build goes to the builder process when there is one. Built here,
+            # the first version after a quiet spell shared this process with every reader and
+            # took 200-300 ms while the family's other readers got the version before it (two
+            # commits behind at a stream's start; bench/results/live_reads.md). Its answer then
+            # serves while the family is hot, like every answer built there.
+            return key, self._build(key, self._remotely(target, build) if moved else build, seq)
 
     def _remotely(self, target: str | None, build: Callable[[], Any]) -> Callable[[], Any]:
         """``build``, or first the builder process's answer for ``target`` when there is one."""

@@ -64,6 +64,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from normfree.storage.db import local_commits
+
 log = logging.getLogger(__name__)
 
 SCOPE_KEY = "normfree.fastlane"  # the per-request marker a route sets through allow()
@@ -245,7 +247,8 @@ APPLICATION_NAME = "normfree-fast-lane"
 
 
 class PostgresNotifyGeneration:
-    """A count of the database's commit notices (migration 0014), kept on a LISTEN connection.
+    """A count of the database's commit notices (migration 0014), kept on a LISTEN connection,
+    and of this process's own commits.
 
     Why: :class:`PostgresGeneration` makes every request wait for a round trip taken after it
     arrived; under a writer and 32 readers on two cores that wait was 5-10 ms of a read's p99
@@ -254,8 +257,10 @@ class PostgresNotifyGeneration:
     read-only transaction, so unlike the snapshot it does not move for other databases on the
     same server), and the count moves when this event loop reads the notice: an answer may miss
     a commit made in the last few milliseconds, never one older (bench: at most one commit
-    behind). Each connection is a new series (``(opened, count)``), so nothing stamped before a
-    reconnect is replayed after it; while the connection is down the lane is closed (None).
+    behind), and never one this process made (``storage.db.local_commits``, counted when the
+    commit returns: a GET right after this server's own write sees it). Each connection is a
+    new series (``(opened, count, local)``), so nothing stamped before a reconnect is replayed
+    after it; while the connection is down the lane is closed (None).
 
     A database without the triggers (not migrated to 0014) falls back to the snapshot, for good.
     A ping every :attr:`PING_S` finds a connection that died silently.
@@ -302,7 +307,7 @@ class PostgresNotifyGeneration:
                 return await self.fallback()
             if not self._listening():
                 return None
-        return (self._opened, self.count)
+        return (self._opened, self.count, local_commits())
 
     async def _listen(self) -> None:
         import psycopg

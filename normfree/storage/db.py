@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,24 @@ from sqlalchemy.orm import Session, sessionmaker
 from normfree.private import private_file
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+# Write sessions this process has committed (every write goes through ``Database.session``),
+# counted once each commit has returned. The fast lane on PostgreSQL puts it in its stamp: a
+# commit notice reaches the lane milliseconds after the commit, and a read this process makes
+# right after its own write (a REST write, then a GET) must see it (read-your-writes).
+_commits_lock = threading.Lock()
+_commits = 0
+
+
+def local_commits() -> int:
+    """How many write sessions this process has committed."""
+    return _commits
+
+
+def _committed() -> None:
+    global _commits
+    with _commits_lock:  # never a lost count: the value after a commit differs from before it
+        _commits += 1
 
 # How long an SQLite writer waits for the lock before giving up (milliseconds).
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -184,6 +203,8 @@ class Database:
         maker = self._read if readonly else self._write
         with maker() as session, session.begin():
             yield session
+        if not readonly:
+            _committed()
 
     @contextmanager
     def read(self) -> Iterator[Any]:

@@ -3,7 +3,8 @@
 Every normfree table carries a statement-level trigger that notifies :data:`CHANNEL` on commit;
 a server's fast lane counts those notices as its database generation
 (``api.fastlane.PostgresNotifyGeneration``). A revision that adds a table adds the trigger with
-:func:`trigger_sql`.
+:func:`trigger_sql`. These names are part of the schema (migration 0014 creates them): never
+rename one without a revision that renames it in the database.
 """
 
 from __future__ import annotations

@@ -230,8 +230,9 @@ async def _moved(gen: Any, old: Any, within_s: float = 3.0) -> Any:
 @pytest.mark.postgres
 def test_postgres_generation_counts_commit_notices(postgres_database_url: str) -> None:
     """On a migrated database the generation is a count of commit notices read from memory:
-    a commit elsewhere moves it within milliseconds, a read or a rollback does not, and a lost
-    connection starts a new series (nothing stamped before it is replayed after)."""
+    a commit elsewhere moves it within milliseconds, a read or a rollback does not, this
+    process's own commit at once, and a lost connection starts a new series (nothing stamped
+    before it is replayed after)."""
     from normfree.storage import Database
 
     db = Database(postgres_database_url)
@@ -253,6 +254,14 @@ def test_postgres_generation_counts_commit_notices(postgres_database_url: str) -
         assert g1 != g0
         many = await asyncio.gather(*(gen() for _ in range(50)))
         assert set(many) == {g1}  # no round trip: every request reads the same count
+        # this process's own commit moves it before its notice can be read (no await between
+        # the commit and the read, so the loop cannot have read the notice): read-your-writes
+        with db.session() as session:
+            session.execute(text("UPDATE candidates SET name = name"))
+        mine = await gen()
+        assert mine != g1 and mine[1] == g1[1]
+        g1 = await _moved(gen, mine)  # and then its notice
+        assert g1[1] == mine[1] + 1
         with db.engine.begin() as conn:  # the LISTEN connection dies
             killed = conn.execute(
                 text(

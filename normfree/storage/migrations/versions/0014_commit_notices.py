@@ -17,14 +17,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from normfree.storage.generation import CHANNEL, FUNCTION, TRIGGER, trigger_sql
+
 revision = "0014"
 down_revision = "0013"
-
-# Literal here (a revision is frozen); ``storage.generation`` holds the same names, and the test
-# above checks that a migrated database answers to them.
-_FUNCTION = "normfree_generation_notify"
-_TRIGGER = "normfree_generation"
-_CHANNEL = "normfree_generation"
 
 
 def upgrade() -> None:
@@ -32,16 +28,12 @@ def upgrade() -> None:
     if bind.dialect.name != "postgresql":
         return
     op.execute(
-        f"CREATE OR REPLACE FUNCTION {_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS "
-        f"$$ BEGIN PERFORM pg_notify('{_CHANNEL}', ''); RETURN NULL; END $$"
+        f"CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN PERFORM pg_notify('{CHANNEL}', ''); RETURN NULL; END $$"
     )
     for table in sa.inspect(bind).get_table_names():
-        if table == "alembic_version":
-            continue
-        op.execute(
-            f'CREATE TRIGGER {_TRIGGER} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "{table}" '
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {_FUNCTION}()"
-        )
+        if table != "alembic_version":
+            op.execute(trigger_sql(table))
 
 
 def downgrade() -> None:
@@ -50,5 +42,5 @@ def downgrade() -> None:
         return
     for table in sa.inspect(bind).get_table_names():
         if table != "alembic_version":
-            op.execute(f'DROP TRIGGER IF EXISTS {_TRIGGER} ON "{table}"')
-    op.execute(f"DROP FUNCTION IF EXISTS {_FUNCTION}()")
+            op.execute(f'DROP TRIGGER IF EXISTS {TRIGGER} ON "{table}"')
+    op.execute(f"DROP FUNCTION IF EXISTS {FUNCTION}()")

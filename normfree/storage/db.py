@@ -55,6 +55,7 @@ def _committed() -> None:
     with _commits_lock:  # never a lost count: the value after a commit differs from before it
         _commits += 1
 
+
 # How long an SQLite writer waits for the lock before giving up (milliseconds).
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Execution option naming the BEGIN an SQLite transaction starts with.

@@ -18,6 +18,8 @@ Also here: which leaderboard rows belong to a candidate (its page and ``/results
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import re
 import threading
@@ -32,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from normfree.api import fastlane, lines, search_importance, services
 from normfree.api import schemas as S
 from normfree.api.errors import not_found
-from normfree.storage import reads
+from normfree.storage import db, reads
 
 T = TypeVar("T")
 Key = tuple[Hashable, Hashable]  # (family: what is shown, version: what it depends on)
@@ -83,6 +85,8 @@ class GenerationMemo:
                 self.hits += 1
                 return held[1]  # type: ignore[no-any-return]
             flight = self._flights.get((what, generation))
+            if not db.io_allowed():  # on the event loop: only what is held (small_read)
+                raise db.WouldBlock(flight)
             lead = flight is None
             if flight is None:  # (not ``if lead``: this narrows flight's type)
                 flight = self._flights[(what, generation)] = Future()
@@ -141,6 +145,21 @@ async def small_read(state: services.ServiceState, fn: Callable[..., T], *args: 
     """
     if state.db.is_sqlite:
         return fn(*args)
+    # First on the loop, from memory only: most key reads after a commit find their value kept
+    # for this generation by the request before (GenerationMemo), or in flight on a thread
+    # (awaited here, once); only a real database read takes a thread.
+    for attempt in range(2):
+        try:
+            with db.without_io():
+                return fn(*args)
+        except db.WouldBlock as blocked:
+            if blocked.pending is None or attempt:
+                break
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(blocked.pending)),
+                    GenerationMemo.SHARE_WAIT_S,
+                )
     return await _in_threads(state.read_limiter, fn, *args)
 
 

@@ -218,6 +218,16 @@ def trial_stamp_query() -> Any:
     return _trial_queries()[0]
 
 
+def trial_stamps_query() -> Any:
+    """PostgreSQL: :func:`trial_stamp_query` for many trials at once, each row led by its id
+    (the ids bound as the array ``ids``)."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    t = TrialRow.__table__
+    ids = sa.bindparam("ids", type_=ARRAY(sa.Integer))
+    return sa.select(t.c.id, t.c.status, t.c.updated_at, t.c.document).where(t.c.id == sa.any_(ids))
+
+
 def current_document(status: str, updated_at: datetime, document: str | None) -> dict | None:
     """The stored document of a trial row with this status and ``updated_at``, if it is the
     row's current one (its own stamp is the row's): else None."""

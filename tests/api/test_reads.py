@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from normfree.specs import NormSpec, StudySpec, TrialConfig, TrialResult
 from normfree.testing.seeding import Seeded
@@ -191,6 +193,8 @@ def test_a_candidate_is_cached_until_a_write_it_shows(
     assert sum(r["n_total"] for r in after["results"]) > n_before
     # a stored candidate's prescreen written later (by the process that ran it) moves its read
     c.post("/api/candidates", json={"name": "sq3", "formula": "u/(3+abs(u))"}, headers=api.auth)
+    # a new function's analysis moves every candidate's key when it lands: let it land first
+    wait_for_analyses(api)
     mine = c.get("/api/candidates/sq3")
     assert mine.status_code == 200
     other = c.get(urls[0]).headers["etag"]
@@ -426,8 +430,13 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
 
     api = make_api(postgres_database_url, quick_threads=1, server_read_threads=3)
     state = api.app.state.services
-    read = _Concurrency()
+    count = _Concurrency()
     release = threading.Event()
+
+    def read() -> int:  # a real read: small_read finds nothing kept, so it takes a thread
+        with state.db.read() as conn:
+            conn.execute(text("SELECT 1"))
+        return count()
 
     async def many() -> int:
         results: list[int] = []
@@ -449,7 +458,48 @@ def test_small_reads_on_a_server_database_have_threads_of_their_own(
         return sum(results)
 
     assert api.client.portal.call(many) == 9  # type: ignore[union-attr]
-    assert read.peak == 3
+    assert count.peak == 3
+
+
+def test_a_small_read_kept_for_its_generation_is_answered_on_the_loop(
+    make_api: Callable[..., Api], postgres_database_url: str
+) -> None:
+    """On PostgreSQL ``reads.small_read`` first tries its function on the event loop with the
+    database out of reach (``storage.db.without_io``): a key read kept for the request's
+    generation (``reads.at_generation``) answers there, without a thread's hand-off; a read
+    not kept goes to a thread, and a function that turns a failed read into another answer
+    (``except Exception``) cannot mistake the guard for a failure."""
+    from normfree.api import fastlane, reads
+
+    api = make_api(postgres_database_url)
+    state = api.app.state.services
+
+    def value() -> tuple[int, int]:
+        with state.db.read() as conn:
+            return threading.get_ident(), conn.execute(text("SELECT 7")).scalar_one()
+
+    def key() -> tuple[int, tuple[int, int]]:
+        return threading.get_ident(), reads.at_generation(state, ("test-key",), value)
+
+    def tolerant() -> Any:
+        try:
+            return value()[1]
+        except Exception:  # what a fallback would do on a failed read
+            return "fallback"
+
+    async def scenario() -> tuple[int, Any, Any, Any, Any]:
+        fastlane.GENERATION.set(("test", 1))
+        first = await reads.small_read(state, key)
+        second = await reads.small_read(state, key)
+        fastlane.GENERATION.set(("test", 2))
+        third = await reads.small_read(state, key)
+        return threading.get_ident(), first, second, third, await reads.small_read(state, tolerant)
+
+    loop, first, second, third, read = api.client.portal.call(scenario)  # type: ignore[union-attr]
+    assert first[0] != loop and first[1][0] != loop and first[1][1] == 7  # read in a thread
+    assert second == (loop, first[1])  # kept for generation 1: on the loop, no new read
+    assert third[0] != loop and third[1][0] != loop  # a new generation reads again
+    assert read == 7
 
 
 def test_a_server_start_builds_the_last_updated_studies(

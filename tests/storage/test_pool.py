@@ -93,3 +93,45 @@ def test_async_trial_documents_read_what_the_sync_read_reads(postgres_database_u
     assert still_running == (True, None) and missing == (False, None)
     assert again == finished
     db.dispose()
+
+
+@pytest.mark.postgres
+def test_async_trial_documents_send_reads_that_wait_together(postgres_database_url: str) -> None:
+    """Reads arriving together go out as fewer statements than reads, and each gets its own
+    trial's answer (a repeated id, a missing one, and the trial's document)."""
+    import asyncio
+
+    from normfree.specs import NormSpec, StudySpec, TrialConfig, TrialResult
+    from normfree.storage import Repository, reads
+    from normfree.storage.async_reads import AsyncTrialDocuments
+
+    db = Database(postgres_database_url)
+    db.migrate()
+    repo = Repository(db)
+    sid = repo.create_study(StudySpec(kind="options", proxy="vit-tiny", name="batch"))
+    items = [TrialConfig(proxy="vit-tiny", norm=NormSpec(name="erf"), seed=s) for s in range(6)]
+    ids = repo.add_trials(sid, items)
+    for k in range(len(ids)):
+        lease = repo.lease_next(sid, "w", 60)
+        assert lease is not None
+        metrics = {"val_acc": 0.5 + k / 100}
+        result = TrialResult(status="complete", objective="val_acc", metrics=metrics)
+        assert repo.finish_trial(lease.id, "w", lease.attempt, result)
+    asked = [*ids, ids[0], 999_999] * 4
+
+    async def scenario() -> tuple[list[Any], int]:
+        docs = AsyncTrialDocuments(postgres_database_url, size=2)
+        try:
+            out = await asyncio.gather(*(docs.stored_trial_detail(t) for t in asked))
+            return list(out), docs.statements
+        finally:
+            await docs.aclose()
+
+    answers, statements = asyncio.run(scenario())
+    assert statements < len(asked) // 4
+    with db.read() as conn:
+        expected = {t: reads.stored_trial_detail(conn, t) for t in set(asked)}
+    assert answers == [expected[t] for t in asked]
+    assert expected[999_999] == (False, None)
+    assert all(expected[t][0] and expected[t][1] is not None for t in ids)
+    db.dispose()

@@ -34,6 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from normfree.api import fastlane, lines, search_importance, services
 from normfree.api import schemas as S
 from normfree.api.errors import not_found
+from normfree.jsonsafe import finite
 from normfree.storage import db, reads
 
 T = TypeVar("T")
@@ -300,15 +301,16 @@ def candidate_groups(state: services.ServiceState) -> list[str]:
 
 def trial_read(state: services.ServiceState, trial_id: int) -> tuple[Key, dict[str, Any]]:
     """A trial and its key (its status and ``updated_at``: every write to it moves the pair,
-    and both come with the trial's own row, so key and body always agree)."""
+    and both come with the trial's own row, so key and body always agree). The trial has no
+    NaN or infinity left (``services.trial_public(..., finite_already=True)``)."""
     # a finished trial's stored document is one statement, read outside a transaction (one
     # round trip on PostgreSQL instead of three); a trial still running is built in one
     with state.db.read_one() as conn:
-        found, t = reads.stored_trial_detail(conn, trial_id)
+        found, t = reads.stored_trial_detail(conn, trial_id, finite=True)
         identity = _identity(state, conn)
     if found and t is None:
         with state.db.read() as conn:
-            t = reads.trial_detail(conn, trial_id)
+            t = finite(reads.trial_detail(conn, trial_id))
     if t is None:
         raise not_found("trial", trial_id)
     return trial_key(trial_id, t, identity), t

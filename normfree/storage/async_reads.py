@@ -67,7 +67,8 @@ class AsyncTrialDocuments:
         self._sql = str(stamps.compile(dialect=postgresql.psycopg.dialect()))
 
     async def stored_trial_detail(self, trial_id: int) -> tuple[bool, dict[str, Any] | None]:
-        """As :func:`.reads.stored_trial_detail`; raises whatever the driver raises."""
+        """As :func:`.reads.stored_trial_detail` with ``finite=True`` (what the API shows);
+        raises whatever the driver raises."""
         fut: asyncio.Future[tuple[bool, dict[str, Any] | None]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -106,7 +107,7 @@ class AsyncTrialDocuments:
                 answer = (
                     (False, None)
                     if row is None
-                    else (True, reads.current_document(row[0], row[1], row[2]))
+                    else (True, reads.current_document(*row, finite=True))
                 )
                 for fut in futs:
                     if not fut.done():

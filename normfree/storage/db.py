@@ -81,8 +81,9 @@ def without_io() -> Iterator[None]:
 
     Why: on PostgreSQL the API's small key reads went to threads, one hand-off per request
     (11% of the event loop's busy time under 32 readers and a writer), even when the value was
-    already kept for the request's generation (``api.reads.GenerationMemo``); trying on the loop first, with this
-    guard, answers those from memory and lets only real reads block a thread."""
+    already kept for the request's generation (``api.reads.GenerationMemo``); trying on the
+    loop first, with this guard, answers those from memory and lets only real reads block a
+    thread."""
     token = _NO_IO.set(True)
     try:
         yield

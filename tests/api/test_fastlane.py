@@ -116,6 +116,54 @@ def test_a_trial_is_answered_directly_as_its_route_answers_it(
     assert running.json()["status"] == "RUNNING" and lane.direct_answers == 2
 
 
+def test_a_trials_nonfinite_numbers_read_as_null_on_every_path(
+    half_finished: tuple[Api, int],
+) -> None:
+    """A diverged trial's NaN and infinities (a metric, a curve point) are null in its answer
+    whichever way it is read: from its stored document (directly, or through the route for a
+    token holder) or from its rows while it runs, and from a document that holds JSON's NaN
+    (``storage.reads.current_document(finite=True)`` reads them as None)."""
+    from normfree.specs import EpochRecord, TrialResult
+
+    api, sid = half_finished
+    c = api.client
+    lease = api.repo.lease_next(sid, "w", 60)
+    assert lease is not None
+    point = EpochRecord(
+        epoch=0, step=5, train_loss=float("inf"), val_loss=float("nan"),
+        metrics={"val_acc": float("nan")}, lr=1e-3, wall_time_s=1.0,
+    )  # fmt: skip
+    assert api.repo.record_epoch(lease.id, "w", lease.attempt, point)
+    running = c.get(f"/api/trials/{lease.id}").json()
+    assert running["curves"][0]["train_loss"] is None and running["curves"][0]["val_loss"] is None
+    result = TrialResult(
+        status="diverged", objective="val_acc",
+        metrics={"val_acc": float("nan"), "val_loss": float("inf"), "train_time_s": 1.0},
+        curves=[point],
+    )  # fmt: skip
+    assert api.repo.finish_trial(lease.id, "w", lease.attempt, result)
+    # the writer stores them as null; a document written otherwise (by an older version) may
+    # hold JSON's NaN and Infinity: put them back, the row's stamp left as it is
+    with api.repo.db.session() as s:
+        s.execute(
+            text(
+                "UPDATE trials SET document = replace(replace(document, "
+                "'\"val_acc\": null', '\"val_acc\": NaN'), "
+                "'\"val_loss\": null', '\"val_loss\": -Infinity') WHERE id = :i"
+            ),
+            {"i": lease.id},
+        )
+        doc = s.execute(text("SELECT document FROM trials WHERE id = :i"), {"i": lease.id})
+        assert "NaN" in doc.scalar_one()
+    for headers in ({}, api.auth):
+        body = c.get(f"/api/trials/{lease.id}", headers=headers).json()
+        assert body["status"] == "DIVERGED"
+        assert body["metrics"]["val_acc"] is None and body["metrics"]["val_loss"] is None
+        assert body["curves"] and body["curves"][0]["val_loss"] is None
+        assert body["curves"][0]["train_loss"] is None
+        assert body["curves"][0]["metrics"]["val_acc"] is None
+
+
 def test_closed_when_reads_are_private(make_api: Callable[..., Api], sqlite_database_url: str):
     api = make_api(sqlite_database_url, public_reads=False)
     for _ in range(3):

@@ -48,7 +48,9 @@ async def trial_answer(request: Request, state: services.ServiceState, trial_id:
             request,
             state.cache,
             key,
-            lambda: cache.json_body(services.trial_public(trial, private=private)),
+            lambda: cache.json_body(
+                services.trial_public(trial, private=private, finite_already=True)
+            ),
             store=False,
         )
 
@@ -78,7 +80,7 @@ async def _from_document_on_loop(
         request,
         state.cache,
         reads.trial_key(trial_id, t, identity),
-        lambda: cache.json_body(services.trial_public(t, private=False)),
+        lambda: cache.json_body(services.trial_public(t, private=False, finite_already=True)),
         store=False,
     )
 

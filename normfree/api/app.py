@@ -318,7 +318,7 @@ def _warm_up(
 WARM_STUDIES = 16
 
 
-def warm_studies(state: Any, limit: int = WARM_STUDIES) -> list[int]:
+def warm_studies(state: Any, limit: int = WARM_STUDIES, *, with_lines: bool = True) -> list[int]:
     """Build the summaries of the ``limit`` studies updated last into the read cache, so that
     their first readers after a start find them built. Why: a cold study's summary (its cells,
     their reliability bootstrap) cost 0.3-1.9 s at 10k trials on PostgreSQL, and 32 readers
@@ -326,7 +326,8 @@ def warm_studies(state: Any, limit: int = WARM_STUDIES) -> list[int]:
     (bench/results/live_reads.md). The JSON, the page and a page of trials share this build.
     Their fidelity lines too: a study page's first reader waited for its line (0.27 s against
     0.02 s with it done, at 10k trials on a 2-core host). A failure is logged and leaves that
-    study to its first reader. The ids built."""
+    study to its first reader. The ids built. ``with_lines=False``: the summaries only (the
+    read builder, which is sent its server's lines and computes none)."""
     from normfree.api import lines, reads
     from normfree.storage import reads as stored
 
@@ -340,7 +341,8 @@ def warm_studies(state: Any, limit: int = WARM_STUDIES) -> list[int]:
     for sid in ids:
         try:
             reads.study_summary(state, sid, reads.study_key(state, sid))
-            lines.study_line(state, sid)  # (in a server: by its background worker)
+            if with_lines:
+                lines.study_line(state, sid)  # (in a server: by its background worker)
             built.append(sid)
         except Exception:
             log.warning("study warm-up: study %s left to its first reader", sid, exc_info=True)

@@ -82,7 +82,7 @@ def _builder_main(conn: Connection, settings: dict[str, Any], catalog: Any) -> N
     from starlette.testclient import TestClient
 
     from normfree.api import services
-    from normfree.api.app import _preload_reads, create_app
+    from normfree.api.app import _preload_reads, create_app, warm_studies
     from normfree.api.lines import LINES
     from normfree.api.services import candidates
     from normfree.settings import Settings
@@ -105,6 +105,12 @@ def _builder_main(conn: Connection, settings: dict[str, Any], catalog: Any) -> N
     _preload_reads(app.state.templates)
     with TestClient(app, raise_server_exceptions=False) as client:
         client.get("/")  # and the home page's parts, once
+        # and the summaries of the studies updated last, as its server builds them at its
+        # start: a study's first build here is the first of a stream of writes to it, and cold
+        # (its rows read, its cells' reliability bootstrapped) it took longer than two commits,
+        # so that readers got answers two commits behind at a stream's start
+        # (bench/results/live_reads.md)
+        warm_studies(app.state.services, with_lines=False)
         # the start-up's heap (torch, the app, the templates) out of the collector's scans:
         # unfrozen, each full collection walked it all, 100-300 ms every few seconds under a
         # writer, each a rebuild's delay (answers commits behind; the server does the same,

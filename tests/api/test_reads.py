@@ -552,3 +552,15 @@ def test_a_server_start_builds_the_last_updated_studies(
     _finish(api.repo, newer)  # a worker's commit: the warmed build is not served
     assert api.client.get(f"/api/studies/{newer}?trials=false").json()["progress"]["complete"] == 2
     assert built == [newer]
+
+    # the read builder's warm-up (``api.builder``): the summaries only, never a fidelity line
+    # (its server sends the lines it has)
+    from normfree.api import lines
+
+    asked: list[int] = []
+    monkeypatch.setattr(lines, "study_line", lambda _state, sid: asked.append(sid))
+    state.cache.clear()
+    built.clear()
+    assert warm_studies(state, limit=5, with_lines=False) == [newer, older]
+    assert sorted(built) == sorted([newer, older]) and asked == []
+    assert warm_studies(state, limit=1) == [newer] and asked == [newer]

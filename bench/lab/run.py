@@ -105,11 +105,70 @@ def _contrast_loader(ds: dict[str, Any]) -> Any:
     return load
 
 
+_ATTN: list[tuple[float, float]] = []
+
+
+def _probe_attention() -> None:
+    """Record, for every training forward of a ViT attention layer, the largest attention
+    logit and the lowest mean attention entropy over its heads: the observables of attention
+    logit growth (Dehghani et al. 2023, Wortsman et al. 2023), for the growth-rate diagnosis
+    (diagnoses section 2j). Eval forwards (no grad) are not recorded."""
+    import math
+
+    import torch
+
+    from normfree.workers.proxies import vit
+
+    base = vit.Attention.forward
+    if getattr(base, "probed", False):
+        return
+
+    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                b, n, d = x.shape
+                hs = d // self.heads
+                qkv = self.qkv(x).float().view(b, n, 3, self.heads, hs)
+                q, k, _ = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+                logits = q @ k.transpose(-1, -2) / math.sqrt(hs)
+                p = logits.softmax(-1)
+                ent = -(p * p.clamp_min(1e-30).log()).sum(-1).mean((0, 2))  # per head
+                _ATTN.append((float(logits.abs().max()), float(ent.min())))
+        return base(self, x)
+
+    forward.probed = True  # type: ignore[attr-defined]
+    vit.Attention.forward = forward  # type: ignore[method-assign]
+
+
+def _attention_summary(depth: int) -> dict[str, Any]:
+    """Per optimizer step (one record per layer, ``depth`` layers a step): the largest logit
+    over the layers, at the first step, over the last tenth and over the run, and the lowest
+    head entropy over the last tenth (a uniform head over 17 tokens has log 17 = 2.83)."""
+    steps = [_ATTN[i : i + depth] for i in range(0, len(_ATTN) - depth + 1, depth)]
+    if not steps:
+        return {}
+    mx = [max(a for a, _ in s) for s in steps]
+    ent = [min(e for _, e in s) for s in steps]
+    tail = max(1, len(steps) // 10)
+    every = max(1, len(steps) // 20)
+    return {
+        "steps": len(steps),
+        "max_logit_first": mx[0],
+        "max_logit_last": max(mx[-tail:]),
+        "max_logit_run": max(mx),
+        "min_entropy_last": min(ent[-tail:]),
+        "curve": [round(v, 2) for v in mx[::every]],
+    }
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
     register_variants(job["_variants"])
+    if job.get("probe") == "attention":
+        _ATTN.clear()
+        _probe_attention()
     from normfree.kernels import KernelOptions
     from normfree.settings import get_settings
     from normfree.specs import NormSpec, TrialConfig
@@ -153,6 +212,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "diverged_at_step": r.diverged_at_step,
         "curves": [{"epoch": c.epoch, "train_loss": c.train_loss, **c.metrics} for c in r.curves],
         "diag": diag,
+        **({"attn": _attention_summary(job["depth"])} if job.get("probe") == "attention" else {}),
         "seconds": time.perf_counter() - t0,
     }
 
@@ -171,8 +231,9 @@ def main() -> None:
             if line.strip():
                 r = json.loads(line)
                 done.add((r["variant"], json.dumps(r["norm"], sort_keys=True), r["seed"]))
+    probe = {k: spec[k] for k in ("probe", "depth") if k in spec}
     jobs = [
-        {**j, "_variants": spec["variants"]}
+        {**j, "_variants": spec["variants"], **probe}
         for j in spec["jobs"]
         if (j["variant"], json.dumps(j["norm"], sort_keys=True), j["seed"]) not in done
     ]

@@ -280,7 +280,13 @@ def leaderboard_rows(
     from normfree.api import reads
 
     board = reads.leaderboard(
-        state, proxy, group=group, properties=properties, study_id=study_id, archived=archived
+        state,
+        proxy,
+        group=group,
+        properties=properties,
+        study_id=study_id,
+        archived=archived,
+        line=False,  # the rows are the file; the fidelity line is not in it
     )
     head = {"proxy": board.proxy, "objective": board.objective, "direction": board.direction}
     return [flatten({**head, **r.model_dump(mode="json")}) for r in board.rows]

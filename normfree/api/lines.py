@@ -25,6 +25,7 @@ A line that fails raises its exception to the build that waits for it (the board
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -44,6 +45,11 @@ SPACING = 9.0
 # 9x, that target's next line, asked for a second later, waited 100 s, and its reads' keys
 # moved when it finally landed, long after the warm-up had built them (issue 27).
 MAX_SPACING_S = 5.0
+# At the process's exit a line being computed is waited for this long. Why: the thread is a
+# daemon, and a daemon thread still inside scipy's native code when the interpreter finalizes
+# aborted the process ("FATAL: exception not rethrown", exit 134): `normfree export
+# leaderboard` did, each time, after writing its file.
+EXIT_WAIT_S = 10.0
 
 
 class FidelityLines:
@@ -67,6 +73,7 @@ class FidelityLines:
         # A read builder process (``api.builder``) computes no line: it shows the lines its
         # server sent with the build (:meth:`borrow`).
         self._borrowed = False
+        self._closing = False  # the process exits: no line starts any more (:meth:`close`)
 
     def line(
         self,
@@ -81,7 +88,7 @@ class FidelityLines:
         waited for at most ``wait_s`` (``rewait_s`` when an older line is done: by default the
         same), else the latest line done (None if there is none)."""
         with self._lock:
-            if self._borrowed:
+            if self._borrowed or self._closing:  # a closed one computes nothing any more
                 found = self._done.get(target)
                 return None if found is None else found[1]
             self._spacing[target] = spacing
@@ -137,13 +144,35 @@ class FidelityLines:
         return done[1] if done is not None else None
 
     def _ensure_thread(self) -> None:
+        if self._closing:
+            return
         if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
+                atexit.register(self.close)
             self._thread = threading.Thread(target=self._loop, name="normfree-lines", daemon=True)
             self._thread.start()
 
-    def _next(self) -> Target:
-        """The next target whose spacing has passed (waits for one); under the lock."""
+    def close(self, wait_s: float = EXIT_WAIT_S) -> None:
+        """Start no more lines and wait (at most ``wait_s``) for the one being computed: run
+        at the process's exit, before the interpreter's finalization (see
+        :data:`EXIT_WAIT_S`). Lines still wanted are cancelled (their waiters see none)."""
+        with self._lock:
+            self._closing = True
+            for _version, _compute, future in self._wanted.values():
+                future.cancel()
+            self._wanted.clear()
+            self._order.clear()
+            self._wake.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(wait_s)
+
+    def _next(self) -> Target | None:
+        """The next target whose spacing has passed (waits for one), None once closing;
+        under the lock."""
         while True:
+            if self._closing:
+                return None
             now = time.monotonic()
             ready = [t for t in self._order if self._not_before.get(t, 0.0) <= now]
             if ready:
@@ -156,6 +185,8 @@ class FidelityLines:
         while True:
             with self._lock:
                 target = self._next()
+                if target is None:
+                    return
                 version, compute, future = self._wanted.pop(target)
                 if not future.set_running_or_notify_cancel():
                     continue

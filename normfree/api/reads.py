@@ -218,9 +218,13 @@ def leaderboard(
     study_id: int | None = None,
     key: Key | None = None,
     archived: bool = False,
+    line: bool = True,
 ) -> S.LeaderboardPublic:
     """``services.leaderboard``, built once per key; its ranked rows once per key without the
-    fidelity line's stamp (a line landing re-attaches the line, it does not rank again)."""
+    fidelity line's stamp (a line landing re-attaches the line, it does not rank again).
+    ``line=False``: the ranked board alone, with no fidelity line asked for (an export: its
+    files hold the rows, and in a command a line asked for was computed on a thread that the
+    process's exit cut short)."""
     key = key or leaderboard_key(state, proxy, group, properties, study_id, archived)
     versions, (enriched, _line) = key[1]
     ranked = state.cache.get_or_build(
@@ -235,6 +239,8 @@ def leaderboard(
             line=False,
         ),
     )
+    if not line:
+        return ranked
     return state.cache.get_or_build(
         derived("leaderboard-model", key),
         lambda: services.with_line(state, ranked, study_id),

@@ -116,6 +116,34 @@ def test_the_next_line_waits_spacing_times_the_last_ones_cost() -> None:
     assert time.perf_counter() - t0 < 3  # unspaced: at once (0.5 s; the default 9x: 4.5 s)
 
 
+def test_a_process_exit_waits_for_the_line_being_computed_and_starts_no_other() -> None:
+    """The lines' thread is a daemon: left inside scipy's native code when the interpreter
+    finalized, it aborted the process (``normfree export leaderboard`` exited 134 after writing
+    its file). ``close`` (registered with ``atexit``) waits for the running line, cancels the
+    wanted ones and ends the thread; a line asked for afterwards starts nothing."""
+    lines = FidelityLines()
+    finished: list[int] = []
+
+    def slow(v: int) -> Callable[[], int]:
+        def compute() -> int:
+            time.sleep(0.5)
+            finished.append(v)
+            return v
+
+        return compute
+
+    assert lines.line(("proxy", ("db", "a")), 1, slow(1), wait_s=0) is None  # running
+    time.sleep(0.1)
+    assert lines.line(("proxy", ("db", "b")), 1, slow(2), wait_s=0) is None  # wanted
+    thread = lines._thread
+    assert thread is not None and thread.is_alive()
+    lines.close()
+    assert finished == [1] and not thread.is_alive()
+    assert lines.line(("proxy", ("db", "c")), 1, slow(3), wait_s=0.2) is None
+    time.sleep(0.7)
+    assert finished == [1] and not lines.busy()
+
+
 def test_a_lines_spacing_has_a_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
     """A line's cost is its wall time, which for a server's first line includes its background
     worker's start: spaced 9x, the next line of that target waited 100 s and moved its reads'

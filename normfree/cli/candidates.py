@@ -9,6 +9,7 @@ checker status|stop`` shows and stops it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +17,7 @@ import click
 
 from normfree.cli import main
 from normfree.cli._output import emit, fail, json_option
+from normfree.cli._studies import db_option
 
 
 def _row(d: dict[str, Any]) -> dict[str, str]:
@@ -119,9 +121,11 @@ _FORMULA_ARGS = {"ignore_unknown_options": True}
 
 @candidates.command("show", context_settings=_FORMULA_ARGS)
 @click.argument("name")
+@db_option
 @json_option
-def show_cmd(name: str, as_json: bool) -> None:
-    """One candidate: a catalog name, a baseline, or a transform call like 'shift_h(erf, 0.5)'."""
+def show_cmd(name: str, database_url: str | None, as_json: bool) -> None:
+    """One candidate: a catalog name, a baseline, a candidate stored in the database (submitted
+    over REST or by a study), a formula, or a transform call like 'shift_h(erf, 0.5)'."""
     from normfree.search_space import catalog_index
     from normfree.search_space.baselines import BASELINES
 
@@ -142,8 +146,47 @@ def show_cmd(name: str, as_json: bool) -> None:
     try:
         c = catalog.resolve(name)
     except ExpressionError as exc:
-        fail(f"unknown candidate {name!r}: {exc}", as_json, position=exc.position)
+        c = _stored_candidate(name, database_url, exc, as_json)
     emit(c.to_dict(), as_json, lambda _: _candidate_details(c))
+
+
+def _no_such_file(url: str) -> bool:
+    """Whether ``url`` is a SQLite file that does not exist (so it stores no candidate)."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    path = u.database
+    return (
+        u.get_backend_name() == "sqlite"
+        and bool(path)
+        and path != ":memory:"
+        and not (Path(path).exists())
+    )
+
+
+def _stored_candidate(name: str, database_url: str | None, first: Any, as_json: bool) -> Any:
+    """``name`` resolved with the database's stored candidates (nested in transforms too), as
+    ``train --norm`` and a study resolve it; the catalog's error when the database does not
+    know it either, or when there is no database to ask."""
+    from normfree.cli._studies import open_store, settings_for
+    from normfree.search_space import ExpressionError, resolver
+    from normfree.workers.validation import stored_names
+
+    settings = settings_for(database_url)
+    if _no_such_file(settings.database_url):  # a lookup creates no database
+        fail(f"unknown candidate {name!r}: {first}", as_json, position=first.position)
+    try:
+        stored = stored_names(open_store(settings).repo)
+        return resolver.bake(name, stored)[0]
+    except ExpressionError as exc:
+        fail(f"unknown candidate {name!r}: {exc}", as_json, position=exc.position)
+    except Exception as exc:  # no database to ask: the catalog's answer stands
+        fail(
+            f"unknown candidate {name!r}: {first} (stored candidates not searched: "
+            f"{type(exc).__name__})",
+            as_json,
+            position=first.position,
+        )
 
 
 @candidates.command("check", context_settings=_FORMULA_ARGS)

@@ -86,3 +86,20 @@ def test_train_takes_a_stored_name_and_refuses_an_unknown_one_in_one_line(
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "did you mean 'tanh'" in lines[0], r.output
+
+
+def test_candidates_show_finds_a_stored_name_and_creates_no_database(tmp_path: Path) -> None:
+    """A candidate submitted over REST is shown by name (and inside a transform), as a study
+    and ``train --norm`` resolve it; a name no database holds exits 2 with the nearest names,
+    and asking a SQLite file that does not exist does not create it."""
+    db, _ = _db_with_softsign15(tmp_path)
+    shown = _json("candidates", "show", "softsign15", "--db", db)
+    assert shown["name"] == "softsign15" and shown["formula"] == SOFTSIGN15
+    assert shown["properties"]["range_max"] == 1.5
+    nested = _json("candidates", "show", "shift_h(softsign15, 0.5)", "--db", db)
+    assert nested["properties"]["zero_centred"] is False
+    code, out = _run("candidates", "show", "softsing15", "--db", db, "--json")
+    assert code == 2 and "softsign15" in json.loads(out)["error"]
+    missing = tmp_path / "none.db"
+    code, out = _run("candidates", "show", "softsign15", "--db", f"sqlite:///{missing}")
+    assert code == 2 and "unknown candidate" in out and not missing.exists()

@@ -187,6 +187,12 @@ class Client:
         )
         return list(found["items"])
 
+    def candidate(self, name: str) -> dict[str, Any]:
+        """One function: a catalog name, a stored candidate, a transform call or a formula
+        (``"u/(1+abs(u))"``: any text, sent as one path segment), with its properties, f and
+        f' for plotting, and its leaderboard rows across proxies (``results``)."""
+        return self._get(f"/api/candidates/{_segment(name)}")
+
     # -- housekeeping ---------------------------------------------------------------------------
     # What ``normfree study tag|note|archive|delete`` and ``normfree candidates archive|delete``
     # do, over the API: a token (its owner's, or an admin one) and the server's own checks.

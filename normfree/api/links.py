@@ -39,8 +39,9 @@ def candidate_url(request: Any, name: str) -> str:
 _CANDIDATES_URL = "normfree.candidates_url"
 
 
-def name_in_path(request: Any, decoded: str) -> str:
-    """The candidate name of a ``/candidates/...`` request, decoded exactly once.
+def name_in_path(request: Any, decoded: str, suffix: str = "") -> str:
+    """The candidate name of a ``/candidates/...`` (or ``/api/candidates/...``) request,
+    decoded exactly once; ``suffix`` is the route's part after the name (``/results``).
 
     Read from the raw path when the server gives one: a name holding a literal "%25" must not
     be decoded twice (Starlette's test client decodes the path twice; uvicorn once). Without a
@@ -52,7 +53,10 @@ def name_in_path(request: Any, decoded: str) -> str:
     _, sep, rest = raw.decode("latin-1").partition("/candidates/")
     if not sep:
         return decoded
-    return unquote(rest.split("?", 1)[0], encoding="utf-8", errors="replace")
+    rest = rest.split("?", 1)[0]
+    if suffix and rest.endswith(suffix):
+        rest = rest[: -len(suffix)]
+    return unquote(rest, encoding="utf-8", errors="replace")
 
 
 @pass_context

@@ -57,6 +57,13 @@ def test_data_frames_over_real_http(api: Api, seeded: Seeded) -> None:
         for row, arm in zip(frame.to_dict("records"), board["rows"], strict=True):
             assert _close(row["ci_low"], arm["ci_low"]) and row["n"] == arm["n"]
 
+        # a formula holding "/" and a name percent-encoded once (uvicorn decodes once)
+        assert nf.candidate("u/(1+abs(u))")["canonical"] == "u/(Abs(u) + 1)"
+        assert nf.candidate("erf")["name"] == "erf"
+        with pytest.raises(ClientError) as err:
+            nf.candidate("u/(1+")
+        assert err.value.status == 422
+
         with pytest.raises(ClientError) as err:
             nf.study(999)
         assert err.value.status == 404 and "no study 999" in err.value.message

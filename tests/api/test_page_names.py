@@ -142,6 +142,26 @@ def test_candidate_page_shows_its_results_for_an_odd_name(api: Api, odd: int) ->
     assert refused.status_code == 422 and "formula rejected" in refused.text
 
 
+def test_the_json_api_answers_every_name_its_pages_answer(api: Api, odd: int) -> None:
+    """``GET /api/candidates/{name}`` and ``.../results`` take the pages' key: a formula with
+    "/" (``u/(1+abs(u))``) answered 404 "no route" there, since the server decodes "%2F" before
+    it routes; now the route's name is a ``{name:path}`` as the page's is."""
+    from normfree.api.links import candidate_key
+
+    for name in [*ODD_NAMES, FORMULA, "u/(2+abs(u))"]:
+        r = api.client.get(f"/api/candidates/{candidate_key(name)}")
+        assert r.status_code == 200, (name, r.text[:300])
+        assert r.json()["name"] == name
+        results = api.client.get(f"/api/candidates/{candidate_key(name)}/results")
+        assert results.status_code == 200, (name, results.text[:300])
+        assert (name == "u/(2+abs(u))") == (results.json() == [])  # ran in ``odd``'s study
+    assert api.client.get("/api/candidates/u%2F(2%2Babs(u))").json()["canonical"] == (
+        "u/(Abs(u) + 2)"
+    )
+    refused = api.client.get("/api/candidates/no-such%2Fname")
+    assert refused.status_code == 422, refused.text  # a formula the parser rejects, not a route
+
+
 def test_the_key_survives_a_literal_percent_sequence() -> None:
     from normfree.api.links import candidate_key
 

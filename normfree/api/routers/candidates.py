@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from normfree.api import cache, offload, prescreens, reads, security, services
+from normfree.api import cache, links, offload, prescreens, reads, security, services
 from normfree.api.deps import (
     ArchivedQuery,
     DryRunQuery,
@@ -143,7 +143,35 @@ async def list_candidates(
     )
 
 
-@router.get("/{name}", response_model=CandidateDetail, responses={404: {"model": ErrorBody}})
+# ``{name:path}``: a name may be a formula, and a formula may hold "/" (``u/(1+abs(u))``, sent
+# as ``u%2F(1%2Babs(u))``, which the server decodes before routing); the results route comes
+# first, so that ``.../results`` is not read as part of a name. Stored names hold no "/".
+@router.get(
+    "/{name:path}/results", response_model=list[dict], responses={404: {"model": ErrorBody}}
+)
+async def get_candidate_results(
+    request: Request,
+    state: StateDep,
+    _reader: Reader,
+    name: Annotated[str, Path(max_length=300, description="Name or transform call.")],
+) -> list[dict]:
+    """The leaderboard rows of every arm that ran this function, across proxies: arms with
+    options (``erf [shift=scalar]``), and other names of the same function (a stored duplicate,
+    or a transform that is the identity: ``shift_h(erf, 0)`` is erf)."""
+    name = links.name_in_path(request, name, "/results")
+    parsed = await parsed_name(request, state, name)
+
+    def answer() -> list[dict]:
+        if parsed is None:
+            _cand, pub = services.get_candidate_object(state, name)
+        else:
+            pub = parsed[1]
+        return reads.candidate_results(state, pub.name, pub.fingerprint)
+
+    return await run_in_threadpool(answer)
+
+
+@router.get("/{name:path}", response_model=CandidateDetail, responses={404: {"model": ErrorBody}})
 async def get_candidate(
     request: Request,
     state: StateDep,
@@ -159,6 +187,7 @@ async def get_candidate(
 
     Cached per name until a write it shows (the candidates, its prescreen, any board) moves
     (``reads.candidate_key``); sends an ETag."""
+    name = links.name_in_path(request, name)
     key = await reads.small_read(state, reads.candidate_key, state, name)
     fast = cache.answer_from_cache(request, state.cache, key)
     if fast is not None:  # a hit costs no thread hop, no parse and no rate-limit charge
@@ -189,28 +218,6 @@ async def get_candidate(
     return await run_in_threadpool(
         cache.respond, request, state.cache, key, answer, store=known, replay=known
     )
-
-
-@router.get("/{name}/results", response_model=list[dict], responses={404: {"model": ErrorBody}})
-async def get_candidate_results(
-    request: Request,
-    state: StateDep,
-    _reader: Reader,
-    name: Annotated[str, Path(max_length=300, description="Name or transform call.")],
-) -> list[dict]:
-    """The leaderboard rows of every arm that ran this function, across proxies: arms with
-    options (``erf [shift=scalar]``), and other names of the same function (a stored duplicate,
-    or a transform that is the identity: ``shift_h(erf, 0)`` is erf)."""
-    parsed = await parsed_name(request, state, name)
-
-    def answer() -> list[dict]:
-        if parsed is None:
-            _cand, pub = services.get_candidate_object(state, name)
-        else:
-            pub = parsed[1]
-        return reads.candidate_results(state, pub.name, pub.fingerprint)
-
-    return await run_in_threadpool(answer)
 
 
 # -- housekeeping (api.services.housekeeping) ------------------------------------------------

@@ -287,29 +287,34 @@ def _builder_for(state: Any, settings: Settings) -> Any:
 def _warm_up(
     state: Any, freeze_heap: bool, builder: Any = None, announced_url: str | None = None
 ) -> None:
-    """The start's background warm-up (``services.warm_up``: the catalog, the analyses; it
-    freezes the heap at its end in a server), then, in a server, what a fidelity line computed
-    here would import (``lines.preload``), frozen too; then the read builder starts (after
-    the warm-up: the first requests after a start must not share two cores with its start).
+    """The start's background warm-up. In a server: first the summaries of the studies updated
+    last (:func:`warm_studies`, without their fidelity lines), then ``services.warm_up`` (the
+    catalog and the function analyses, from the background worker; it freezes the heap at its
+    end), then the read builder is scheduled, then the studies' lines and their pages
+    (:func:`warm_pages`).
 
-    In that order: the catalog and the analyses come from the background worker (the first
-    requests need them), while the preload is a second of imports holding this process's GIL
-    that only a line computed here (the worker failed) would need."""
-    from normfree.api import lines, services
+    Why the studies first: they need neither the catalog nor the analyses, and ``services.
+    warm_up`` waits seconds for the background worker; with the studies after it, readers
+    arriving in a start's first seconds built a dozen cold study summaries on as many threads
+    at once, and every read waited for the GIL (32 readers from the first second, a study
+    writing, 10k trials: p99 0.5-0.7 s in the first second, 0.12-0.2 s over the first five;
+    bench/results/live_reads.md). What a fidelity line computed in this process would import
+    is imported only when one is (``lines.preload_once``): as a step of every start it held
+    this process's GIL for a second while readers waited, for a fallback (the background
+    worker failed) that rarely runs."""
+    from normfree.api import services
 
+    if freeze_heap:
+        warm_studies(state, with_lines=False)
     services.warm_up(state)
     if freeze_heap:
-        try:
-            lines.preload()
-        except Exception:  # the first line imports it again, with its reason
-            log.warning("fidelity line preload failed", exc_info=True)
         services.freeze_long_lived()
     if builder is not None:
         from normfree.api.builder import START_AFTER_S
 
         builder.start(delay=START_AFTER_S)
     if freeze_heap:
-        ids = warm_studies(state)
+        ids = warm_studies(state)  # (built above: now their lines)
         if announced_url:
             warm_pages(state, announced_url, ids)
 

@@ -292,6 +292,9 @@ def summary_anywhere(
         )
         if done:
             return None if out is None else S.FidelitySummary(**out)
+    from normfree.api.lines import preload_once
+
+    preload_once()  # computed in this process: its imports frozen first (in a server)
     return summary(state, proxy=proxy, study_id=study_id)
 
 

@@ -261,17 +261,32 @@ LINES = FidelityLines()
 
 def preload() -> None:
     """Import what a line computes with (``workers.fidelity`` and scipy.stats: ~180 modules,
-    ~40k objects that live as long as the process), for a server's warm-up to call before it
-    freezes its heap (``services.freeze_long_lived``).
-
-    Why: imported by the first line instead, after the freeze, those objects stayed in the
-    garbage collector's reach, and every full collection walked them with the GIL held: 55-150
-    ms on 2 shared cores, during which no request was answered (the worst ``/api/health``
-    probes of bench_hostile, bench/results/hostile-quick.md).
-    """
+    ~40k objects that live as long as the process)."""
     import scipy.stats  # noqa: F401
 
     from normfree.workers.fidelity import fidelity_report  # noqa: F401
+
+
+_PRELOADED = threading.Event()
+
+
+def preload_once() -> None:
+    """:func:`preload`, then freeze the heap (``services.freeze_long_lived``: a no-op outside
+    a server), once per process: called before the first line computed in this process.
+
+    Why: imported by a line after the server's freeze, those objects stayed in the garbage
+    collector's reach, and every full collection walked them with the GIL held: 55-150 ms on
+    2 shared cores, during which no request was answered (the worst ``/api/health`` probes of
+    bench_hostile, bench/results/hostile-quick.md). Not at every start: a server's lines are
+    computed by its background worker, and the import held the GIL for a second while the
+    start's first readers waited (``app._warm_up``)."""
+    if _PRELOADED.is_set():
+        return
+    from normfree.api.services import freeze_long_lived
+
+    preload()
+    freeze_long_lived()
+    _PRELOADED.set()
 
 
 def proxy_target(state: Any, proxy: str) -> Target:

@@ -61,8 +61,9 @@ def test_a_servers_first_fidelity_line_leaves_nothing_for_full_collections_to_wa
     """The first line imports scipy.stats (~180 modules) and resolves names through sympy: ~40k
     objects that live as long as the process. Left unfrozen after the warm-up's freeze, every
     full collection walked them with the GIL held (55-150 ms on 2 shared cores: the worst
-    ``/api/health`` probes of bench_hostile). Now they are imported before the freeze
-    (``lines.preload``) and the rest frozen after the first line (``lines._settle``)."""
+    ``/api/health`` probes of bench_hostile). Now they are imported and frozen before the
+    first line computed in the process (``lines.preload_once``) and the rest frozen after it
+    (``lines._settle``)."""
     left = int(_in_a_fresh_python(_FIRST_LINE, OMP_NUM_THREADS="1").strip().splitlines()[-1])
     assert left < 5_000, f"{left} objects from the first line stay in the collector's reach"
 

@@ -22,6 +22,41 @@ db_option = click.option(
 )
 
 
+class NoDatabase(Exception):
+    """The database named for a lookup of stored candidates cannot be asked."""
+
+
+def bake_stored(text: str, database_url: str | None) -> tuple[Any, str | None]:
+    """``resolver.bake(text, stored)`` with the stored candidates of the database (``--db``),
+    as a study resolves names: (candidate, definition). ``ExpressionError`` for a name it does
+    not hold either; :class:`NoDatabase` when there is none to ask (unreachable, or a SQLite
+    file that does not exist: a lookup creates no database). One home for ``train --norm``
+    and ``candidates show``."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from normfree.search_space import ExpressionError, resolver
+    from normfree.workers.validation import stored_names
+
+    settings = settings_for(database_url)
+    url = make_url(settings.database_url)
+    path = url.database
+    on_disk = url.get_backend_name() == "sqlite" and path and path != ":memory:"
+    if on_disk and not Path(path).exists():
+        raise NoDatabase(f"no database file {path}")
+    try:
+        stored = stored_names(open_store(settings).repo)
+    except Exception as exc:
+        raise NoDatabase(type(exc).__name__) from exc
+    try:
+        return resolver.bake(text, stored)
+    except ExpressionError:
+        raise
+    except Exception as exc:  # the lookup itself failed (the database went away)
+        raise NoDatabase(type(exc).__name__) from exc
+
+
 def settings_for(database_url: str | None) -> Any:
     from normfree.settings import get_settings
 

@@ -9,7 +9,6 @@ checker status|stop`` shows and stops it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -150,40 +149,20 @@ def show_cmd(name: str, database_url: str | None, as_json: bool) -> None:
     emit(c.to_dict(), as_json, lambda _: _candidate_details(c))
 
 
-def _no_such_file(url: str) -> bool:
-    """Whether ``url`` is a SQLite file that does not exist (so it stores no candidate)."""
-    from sqlalchemy.engine import make_url
-
-    u = make_url(url)
-    path = u.database
-    return (
-        u.get_backend_name() == "sqlite"
-        and bool(path)
-        and path != ":memory:"
-        and not (Path(path).exists())
-    )
-
-
 def _stored_candidate(name: str, database_url: str | None, first: Any, as_json: bool) -> Any:
     """``name`` resolved with the database's stored candidates (nested in transforms too), as
     ``train --norm`` and a study resolve it; the catalog's error when the database does not
     know it either, or when there is no database to ask."""
-    from normfree.cli._studies import open_store, settings_for
-    from normfree.search_space import ExpressionError, resolver
-    from normfree.workers.validation import stored_names
+    from normfree.cli._studies import NoDatabase, bake_stored
+    from normfree.search_space import ExpressionError
 
-    settings = settings_for(database_url)
-    if _no_such_file(settings.database_url):  # a lookup creates no database
-        fail(f"unknown candidate {name!r}: {first}", as_json, position=first.position)
     try:
-        stored = stored_names(open_store(settings).repo)
-        return resolver.bake(name, stored)[0]
+        return bake_stored(name, database_url)[0]
     except ExpressionError as exc:
         fail(f"unknown candidate {name!r}: {exc}", as_json, position=exc.position)
-    except Exception as exc:  # no database to ask: the catalog's answer stands
+    except NoDatabase as exc:  # the catalog's answer stands
         fail(
-            f"unknown candidate {name!r}: {first} (stored candidates not searched: "
-            f"{type(exc).__name__})",
+            f"unknown candidate {name!r}: {first} (stored candidates not searched: {exc})",
             as_json,
             position=first.position,
         )

@@ -62,16 +62,14 @@ def _norm_spec(
         return spec
     except ExpressionError as exc:
         first = exc
-    try:
-        from normfree.cli._studies import open_store, settings_for
-        from normfree.workers.validation import stored_names
+    from normfree.cli._studies import NoDatabase, bake_stored
 
-        stored = stored_names(open_store(settings_for(database_url)).repo)
-        _, definition = resolver.bake(spec.name, stored)
+    try:
+        _, definition = bake_stored(spec.name, database_url)
     except ExpressionError as exc:
         fail(f"--norm: {exc}", as_json)
-    except Exception as exc:  # no database to ask: the catalog's answer stands
-        fail(f"--norm: {first} (stored candidates not searched: {type(exc).__name__})", as_json)
+    except NoDatabase as exc:  # the catalog's answer stands
+        fail(f"--norm: {first} (stored candidates not searched: {exc})", as_json)
     return spec.model_copy(update={"formula": definition})
 
 

@@ -26,29 +26,42 @@ class NoDatabase(Exception):
     """The database named for a lookup of stored candidates cannot be asked."""
 
 
+def stored_repo(database_url: str | None) -> Any:
+    """The repository of the database (``--db``) for a lookup of stored candidates;
+    :class:`NoDatabase` when there is none to ask (unreachable, or a SQLite file that does not
+    exist: a lookup creates no database)."""
+    from pathlib import Path
+
+    settings = settings_for(database_url)
+    path = _sqlite_file(settings.database_url)
+    if path is not None and not Path(path).exists():
+        raise NoDatabase(f"no database file {path}")
+    try:
+        return open_store(settings).repo
+    except Exception as exc:
+        raise NoDatabase(type(exc).__name__) from exc
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL (``sqlite:///rel.db``, ``sqlite:////abs.db``), None for any
+    other database or an in-memory one. Read from the text: ``candidates list`` imports no
+    SQLAlchemy when there is no database file to open (tests/cli/test_quick.py)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+")[0] != "sqlite" or not rest.startswith("/"):
+        return None
+    path = rest[1:].split("?", 1)[0]
+    return path if path and path != ":memory:" else None
+
+
 def bake_stored(text: str, database_url: str | None) -> tuple[Any, str | None]:
     """``resolver.bake(text, stored)`` with the stored candidates of the database (``--db``),
     as a study resolves names: (candidate, definition). ``ExpressionError`` for a name it does
-    not hold either; :class:`NoDatabase` when there is none to ask (unreachable, or a SQLite
-    file that does not exist: a lookup creates no database). One home for ``train --norm``
-    and ``candidates show``."""
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-
+    not hold either; :class:`NoDatabase` when there is none to ask (:func:`stored_repo`). One
+    home for ``train --norm`` and ``candidates show``."""
     from normfree.search_space import ExpressionError, resolver
     from normfree.workers.validation import stored_names
 
-    settings = settings_for(database_url)
-    url = make_url(settings.database_url)
-    path = url.database
-    on_disk = url.get_backend_name() == "sqlite" and path and path != ":memory:"
-    if on_disk and not Path(path).exists():
-        raise NoDatabase(f"no database file {path}")
-    try:
-        stored = stored_names(open_store(settings).repo)
-    except Exception as exc:
-        raise NoDatabase(type(exc).__name__) from exc
+    stored = stored_names(stored_repo(database_url))
     try:
         return resolver.bake(text, stored)
     except ExpressionError:

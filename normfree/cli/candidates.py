@@ -73,29 +73,79 @@ def candidates() -> None:
 
 @candidates.command("list")
 @click.option("--group", default=None, help="Only this group (natural, ratio, growth, ...).")
+@click.option(
+    "--stored",
+    is_flag=True,
+    help="Also the candidates stored in the database (submitted over REST; implied by --db).",
+)
+@click.option("--archived", is_flag=True, help="Stored candidates: archived ones too.")
+@db_option
 @json_option
-def list_cmd(group: str | None, as_json: bool) -> None:
-    """A table of every catalog candidate with its properties, then the baselines."""
+def list_cmd(
+    group: str | None, stored: bool, archived: bool, database_url: str | None, as_json: bool
+) -> None:
+    """A table of every catalog candidate with its properties, then the baselines; with
+    --stored (or --db), then the candidates stored in the database, which studies name as they
+    name the catalog's. Without them the command reads no settings and opens no database (it
+    answers from the catalog's index in a fraction of a second)."""
     from normfree.search_space import catalog_index
     from normfree.search_space.baselines import BASELINES
 
     rows = [e.data for e in catalog_index.entries() if group is None or e.group == group]
-    if not rows and group is not None:
+    found: list[dict[str, Any]] = []
+    if stored or database_url or archived:
+        import contextlib
+
+        from normfree.cli._studies import NoDatabase, stored_repo
+
+        with contextlib.suppress(NoDatabase):  # no database here: nothing stored
+            found = stored_repo(database_url).list_candidates(group=group, archived=archived)
+    if not rows and not found and group is not None:
         fail(f"no candidates in group {group!r}", as_json)
     result = {
         "candidates": rows,
         "baselines": [b.to_dict() for b in BASELINES] if group is None else [],
+        "stored": [_stored_record(r) for r in found],
     }
 
     def human(_: Any) -> None:
-        click.echo(render_table([_row(d) for d in rows]))
+        if rows:
+            click.echo(render_table([_row(d) for d in rows]))
         if result["baselines"]:
             click.echo(
                 "\nbaselines (reference modules, not formulas): "
                 + ", ".join(b["name"] for b in result["baselines"])
             )
+        if result["stored"]:
+            click.echo("\nstored in the database:")
+            click.echo(
+                render_table(
+                    [
+                        {k: str(d[k]) for k in ("name", "formula", "canonical", "submitter")}
+                        | {"archived": "yes" if d["archived"] else ""}
+                        for d in result["stored"]
+                    ]
+                )
+            )
 
     emit(result, as_json, human)
+
+
+def _stored_record(row: dict[str, Any]) -> dict[str, Any]:
+    """What ``candidates list`` shows of a stored candidate (the row's other fields are
+    internal); a row stored by an older version may lack properties: shown as stored."""
+    created = row.get("created_at")
+    return {
+        "name": row["name"],
+        "group": row.get("group"),
+        "formula": row.get("formula"),
+        "canonical": row.get("canonical"),
+        "fingerprint": row.get("fingerprint"),
+        "properties": row.get("properties") or {},
+        "submitter": row.get("submitter"),
+        "created_at": None if created is None else str(created),
+        "archived": row.get("archived_at") is not None,
+    }
 
 
 def _details(d: dict[str, Any], call: str, summary: str) -> None:

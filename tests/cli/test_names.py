@@ -103,3 +103,22 @@ def test_candidates_show_finds_a_stored_name_and_creates_no_database(tmp_path: P
     missing = tmp_path / "none.db"
     code, out = _run("candidates", "show", "softsign15", "--db", f"sqlite:///{missing}")
     assert code == 2 and "unknown candidate" in out and not missing.exists()
+
+
+def test_candidates_list_shows_the_stored_candidates_after_the_catalog(tmp_path: Path) -> None:
+    """A user's submitted functions are listed beside the catalog (``--db`` or ``--stored``;
+    archived ones only with ``--archived``), and a database that does not exist lists none."""
+    db, store = _db_with_softsign15(tmp_path)
+    listed = _json("candidates", "list", "--db", db)
+    assert [s["name"] for s in listed["stored"]] == ["softsign15"]
+    assert listed["stored"][0]["formula"] == SOFTSIGN15 and listed["candidates"]
+    code, out = _run("candidates", "list", "--db", db)
+    assert code == 0 and "stored in the database" in out and "softsign15" in out
+    store.repo.archive_candidate("softsign15")
+    assert _json("candidates", "list", "--db", db)["stored"] == []
+    assert [
+        s["archived"] for s in _json("candidates", "list", "--db", db, "--archived")["stored"]
+    ] == [True]
+    missing = tmp_path / "none.db"
+    assert _json("candidates", "list", "--db", f"sqlite:///{missing}")["stored"] == []
+    assert not missing.exists()

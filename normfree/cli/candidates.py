@@ -93,19 +93,21 @@ def list_cmd(
 
     rows = [e.data for e in catalog_index.entries() if group is None or e.group == group]
     found: list[dict[str, Any]] = []
+    unread = None  # why the stored candidates were not read, when they were asked for
     if stored or database_url or archived:
-        import contextlib
-
         from normfree.cli._studies import NoDatabase, stored_repo
 
-        with contextlib.suppress(NoDatabase):  # no database here: nothing stored
+        try:
             found = stored_repo(database_url).list_candidates(group=group, archived=archived)
+        except NoDatabase as exc:  # said beside the catalog, which still answers
+            unread = str(exc)
     if not rows and not found and group is not None:
         fail(f"no candidates in group {group!r}", as_json)
     result = {
         "candidates": rows,
         "baselines": [b.to_dict() for b in BASELINES] if group is None else [],
         "stored": [_stored_record(r) for r in found],
+        **({"stored_not_read": unread} if unread else {}),
     }
 
     def human(_: Any) -> None:
@@ -116,6 +118,8 @@ def list_cmd(
                 "\nbaselines (reference modules, not formulas): "
                 + ", ".join(b["name"] for b in result["baselines"])
             )
+        if unread:
+            click.echo(f"\nstored candidates not read: {unread}")
         if result["stored"]:
             click.echo("\nstored in the database:")
             click.echo(

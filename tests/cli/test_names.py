@@ -120,5 +120,7 @@ def test_candidates_list_shows_the_stored_candidates_after_the_catalog(tmp_path:
         s["archived"] for s in _json("candidates", "list", "--db", db, "--archived")["stored"]
     ] == [True]
     missing = tmp_path / "none.db"
-    assert _json("candidates", "list", "--db", f"sqlite:///{missing}")["stored"] == []
+    listed = _json("candidates", "list", "--db", f"sqlite:///{missing}")
+    assert listed["stored"] == [] and "no database file" in listed["stored_not_read"]
     assert not missing.exists()
+    assert "stored_not_read" not in _json("candidates", "list", "--db", db)
